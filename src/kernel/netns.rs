@@ -1,0 +1,126 @@
+//! Network namespace handles.
+//!
+//! A namespace is held by an open fd on its nsfs file (`/run/netns/X`, `/proc/PID/ns/net`),
+//! checked to really be a network namespace before anything is moved into it. Work that must
+//! happen *inside* a namespace (opening a netlink socket there) runs on a short-lived thread
+//! that calls setns(2): the calling thread never changes namespace, so a failure can never
+//! leave the plugin acting in the wrong one.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sched::{setns, CloneFlags};
+use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
+
+/// NSFS_MAGIC from linux/magic.h: bind-mounted namespace files (/run/netns/X) live on nsfs.
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+
+#[derive(Debug)]
+pub struct Netns {
+    file: OwnedFd,
+    path: PathBuf,
+}
+
+impl Netns {
+    /// Opens `path` and checks that it is a network namespace (nsfs or procfs file whose
+    /// setns type is CLONE_NEWNET).
+    pub fn open(path: &Path) -> io::Result<Netns> {
+        let file = File::open(path)?;
+        let fs = fstatfs(&file).map_err(io::Error::from)?;
+        let magic = fs.filesystem_type().0 as i64;
+        if magic != NSFS_MAGIC && magic != PROC_SUPER_MAGIC.0 as i64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not a namespace file (filesystem magic {magic:#x}, expected nsfs)",
+                    path.display()
+                ),
+            ));
+        }
+        // NS_GET_NSTYPE (_IO(0xb7, 0x3)) tells which kind of namespace the fd refers to.
+        let nstype = unsafe { libc_ioctl_nstype(file.as_raw_fd()) };
+        if nstype >= 0 && nstype != CloneFlags::CLONE_NEWNET.bits() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a namespace but not a network namespace",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(Netns {
+            file: file.into(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The namespace of the calling thread.
+    pub fn current() -> io::Result<Netns> {
+        Netns::open(Path::new("/proc/thread-self/ns/net"))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// (device, inode) of the nsfs file: equal for two handles on the same namespace.
+    pub fn identity(&self) -> io::Result<(u64, u64)> {
+        let meta = File::from(self.file.try_clone()?).metadata()?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    /// Runs `f` on a new thread that has joined this namespace, and returns its result.
+    /// Sockets created by `f` keep acting in this namespace after the thread ends.
+    pub fn run_in<T: Send, F: FnOnce() -> io::Result<T> + Send>(&self, f: F) -> io::Result<T> {
+        let fd = self.fd();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+                    f()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("namespace worker thread panicked")))
+        })
+    }
+}
+
+/// Returns the namespace type (CLONE_NEW*) of `fd`, or -1 when the kernel does not know the
+/// ioctl (pre-4.11), in which case the nsfs magic check alone has to do.
+unsafe fn libc_ioctl_nstype(fd: i32) -> i32 {
+    nix::libc::ioctl(fd, NS_GET_NSTYPE as _)
+}
+
+/// _IO(NSIO = 0xb7, 0x3)
+const NS_GET_NSTYPE: u64 = (0xb7 << 8) | 0x3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_namespace_opens_and_is_network() {
+        let ns = Netns::current().expect("own netns");
+        let again = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert_eq!(ns.identity().unwrap(), again.identity().unwrap());
+    }
+
+    #[test]
+    fn other_namespace_kinds_are_refused() {
+        let err = Netns::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
+        assert!(err.to_string().contains("not a network namespace"), "{err}");
+    }
+
+    #[test]
+    fn ordinary_files_are_refused() {
+        let err = Netns::open(Path::new("/etc/hostname")).unwrap_err();
+        assert!(err.to_string().contains("not a namespace file"), "{err}");
+    }
+}
