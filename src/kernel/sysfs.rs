@@ -122,9 +122,10 @@ fn list_names(dir: &Path) -> io::Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::TempDir;
 
-    fn fixture() -> (tempdir::Dir, SysRoot) {
-        let dir = tempdir::Dir::new("sysfs");
+    fn fixture() -> (TempDir, SysRoot) {
+        let dir = TempDir::new("sysfs");
         let root = SysRoot::new(dir.path());
         let pci = dir
             .path()
@@ -171,33 +172,5 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         let err = root.pci_netdevs("../../etc").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    /// A tiny self-cleaning temp dir, to avoid a dev-dependency for one helper.
-    pub(crate) mod tempdir {
-        use std::path::{Path, PathBuf};
-        pub struct Dir(PathBuf);
-        impl Dir {
-            pub fn new(tag: &str) -> Dir {
-                use std::sync::atomic::{AtomicU32, Ordering};
-                static N: AtomicU32 = AtomicU32::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "rdma-ns-test-{tag}-{}-{}",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                let _ = std::fs::remove_dir_all(&p);
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-            pub fn path(&self) -> &Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 }

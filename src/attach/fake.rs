@@ -1,0 +1,254 @@
+//! A fake kernel and a fake IPAM for unit tests of the attachment steps.
+//!
+//! The fake keeps links per namespace and mimics the kernel behaviour the steps depend on: a
+//! netns move keeps the ifindex, flushes addresses and sets the link down; a name (or altname)
+//! already used in the target netns gives EEXIST. Every call is logged, and any call whose log
+//! line contains a configured substring fails with a configured errno.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use ipnetwork::IpNetwork;
+
+use crate::attach::IpamOps;
+use crate::cni::result::CniResult;
+use crate::cni::Request;
+use crate::error::{Error, Result};
+use crate::kernel::{KResult, KernelError, Link, LinkChange, NetOps, Ns, RouteSpec};
+
+pub fn ns_key(ns: Ns<'_>) -> String {
+    match ns {
+        Ns::Host => "host".into(),
+        Ns::Pod(n) => n.path().display().to_string(),
+    }
+}
+
+#[derive(Default)]
+pub struct FakeState {
+    /// (namespace key, link)
+    pub links: Vec<(String, Link)>,
+    pub addrs: HashMap<u32, Vec<IpNetwork>>,
+    pub routes: Vec<(String, RouteSpec)>,
+    pub calls: Vec<String>,
+    pub fail: Vec<(String, i32)>,
+}
+
+#[derive(Default)]
+pub struct FakeKernel {
+    pub state: RefCell<FakeState>,
+}
+
+impl FakeKernel {
+    pub fn with_host_links(links: Vec<Link>) -> FakeKernel {
+        let k = FakeKernel::default();
+        k.state.borrow_mut().links = links.into_iter().map(|l| ("host".to_string(), l)).collect();
+        k
+    }
+
+    /// Every call whose log line contains `pattern` fails with `errno`.
+    pub fn fail_on(&self, pattern: &str, errno: nix::errno::Errno) {
+        self.state.borrow_mut().fail.push((pattern.to_string(), errno as i32));
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.state.borrow().calls.clone()
+    }
+
+    /// (namespace key, link) for the link with this hwaddr, wherever it is.
+    pub fn locate(&self, hwaddr: &[u8]) -> Option<(String, Link)> {
+        self.state
+            .borrow()
+            .links
+            .iter()
+            .find(|(_, l)| l.hwaddr == hwaddr)
+            .cloned()
+    }
+
+    pub fn addrs_of(&self, index: u32) -> Vec<IpNetwork> {
+        self.state.borrow().addrs.get(&index).cloned().unwrap_or_default()
+    }
+
+    fn record(&self, line: String, ns: Ns<'_>, target: &str) -> KResult<()> {
+        let mut st = self.state.borrow_mut();
+        st.calls.push(line.clone());
+        if let Some((_, errno)) = st.fail.iter().find(|(p, _)| line.contains(p.as_str())) {
+            return Err(KernelError::new(line, target, ns, *errno));
+        }
+        Ok(())
+    }
+
+    fn name_taken(st: &FakeState, ns: &str, name: &str, except: u32) -> bool {
+        st.links.iter().any(|(k, l)| {
+            k == ns && l.index != except && (l.name == name || l.altnames.iter().any(|a| a == name))
+        })
+    }
+}
+
+impl NetOps for FakeKernel {
+    fn link_by_name(&self, ns: Ns<'_>, name: &str) -> KResult<Option<Link>> {
+        self.record(format!("link_by_name {} {name}", ns_key(ns)), ns, name)?;
+        let key = ns_key(ns);
+        Ok(self.state.borrow().links.iter().find_map(|(k, l)| {
+            (k == &key && (l.name == name || l.altnames.iter().any(|a| a == name))).then(|| l.clone())
+        }))
+    }
+
+    fn link_by_index(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Link>> {
+        self.record(format!("link_by_index {} {index}", ns_key(ns)), ns, "")?;
+        let key = ns_key(ns);
+        Ok(self
+            .state
+            .borrow()
+            .links
+            .iter()
+            .find_map(|(k, l)| (k == &key && l.index == index).then(|| l.clone())))
+    }
+
+    fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>> {
+        self.record(format!("links {}", ns_key(ns)), ns, "")?;
+        let key = ns_key(ns);
+        Ok(self
+            .state
+            .borrow()
+            .links
+            .iter()
+            .filter(|(k, _)| k == &key)
+            .map(|(_, l)| l.clone())
+            .collect())
+    }
+
+    fn set_link(&self, ns: Ns<'_>, index: u32, c: &LinkChange<'_>) -> KResult<()> {
+        let line = format!(
+            "set_link {} {index}{}{}{}{}",
+            ns_key(ns),
+            c.netns.map(|n| format!(" netns={}", ns_key(n))).unwrap_or_default(),
+            c.name.as_ref().map(|n| format!(" name={n}")).unwrap_or_default(),
+            c.mtu.map(|m| format!(" mtu={m}")).unwrap_or_default(),
+            c.up.map(|u| format!(" up={u}")).unwrap_or_default(),
+        );
+        self.record(line.clone(), ns, "")?;
+        let key = ns_key(ns);
+        let mut st = self.state.borrow_mut();
+        let target_ns = c.netns.map(ns_key).unwrap_or_else(|| key.clone());
+        let pos = st
+            .links
+            .iter()
+            .position(|(k, l)| k == &key && l.index == index)
+            .ok_or_else(|| KernelError::new(line.clone(), "", ns, nix::libc::ENODEV))?;
+        let new_name = c.name.clone().unwrap_or_else(|| st.links[pos].1.name.clone());
+        let moving = target_ns != key;
+        let clash = Self::name_taken(&st, &target_ns, &new_name, index)
+            || st.links[pos].1.altnames.iter().any(|a| a == &new_name && a != &st.links[pos].1.name)
+                && c.name.is_some();
+        if clash {
+            return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
+        }
+        let entry = &mut st.links[pos];
+        entry.0 = target_ns;
+        entry.1.name = new_name;
+        if let Some(m) = c.mtu {
+            entry.1.mtu = m;
+        }
+        if moving {
+            entry.1.up = false;
+        }
+        if let Some(u) = c.up {
+            entry.1.up = u;
+        }
+        if moving {
+            st.addrs.remove(&index);
+        }
+        Ok(())
+    }
+
+    fn del_altname(&self, ns: Ns<'_>, index: u32, altname: &str) -> KResult<()> {
+        self.record(format!("del_altname {} {index} {altname}", ns_key(ns)), ns, "")?;
+        let key = ns_key(ns);
+        let mut st = self.state.borrow_mut();
+        for (k, l) in st.links.iter_mut() {
+            if k == &key && l.index == index {
+                l.altnames.retain(|a| a != altname);
+            }
+        }
+        Ok(())
+    }
+
+    fn addresses(&self, ns: Ns<'_>, index: u32) -> KResult<Vec<IpNetwork>> {
+        self.record(format!("addresses {} {index}", ns_key(ns)), ns, "")?;
+        Ok(self.addrs_of(index))
+    }
+
+    fn add_address(&self, ns: Ns<'_>, index: u32, addr: IpNetwork) -> KResult<()> {
+        self.record(format!("add_address {} {index} {addr}", ns_key(ns)), ns, "")?;
+        let mut st = self.state.borrow_mut();
+        let list = st.addrs.entry(index).or_default();
+        if list.contains(&addr) {
+            return Err(KernelError::new("add_address", "", ns, nix::libc::EEXIST));
+        }
+        list.push(addr);
+        Ok(())
+    }
+
+    fn del_address(&self, ns: Ns<'_>, index: u32, addr: IpNetwork) -> KResult<()> {
+        self.record(format!("del_address {} {index} {addr}", ns_key(ns)), ns, "")?;
+        if let Some(list) = self.state.borrow_mut().addrs.get_mut(&index) {
+            list.retain(|a| *a != addr);
+        }
+        Ok(())
+    }
+
+    fn add_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
+        self.record(format!("add_route {} {}", ns_key(ns), route.dst), ns, "")?;
+        self.state.borrow_mut().routes.push((ns_key(ns), route.clone()));
+        Ok(())
+    }
+
+    fn del_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
+        self.record(format!("del_route {} {}", ns_key(ns), route.dst), ns, "")?;
+        let key = ns_key(ns);
+        self.state
+            .borrow_mut()
+            .routes
+            .retain(|(k, r)| !(k == &key && r == route));
+        Ok(())
+    }
+}
+
+/// An IPAM that hands out a fixed result and logs what it was asked.
+#[derive(Default)]
+pub struct FakeIpam {
+    pub result: Option<CniResult>,
+    pub fail_add: bool,
+    pub calls: RefCell<Vec<&'static str>>,
+}
+
+impl IpamOps for FakeIpam {
+    fn add(&self, _req: &Request) -> Result<Option<CniResult>> {
+        self.calls.borrow_mut().push("add");
+        if self.fail_add {
+            return Err(Error::Delegated {
+                plugin: "fake".into(),
+                code: 11,
+                msg: "pool exhausted".into(),
+                details: String::new(),
+            });
+        }
+        Ok(self.result.clone())
+    }
+    fn del(&self, _req: &Request) -> Result<()> {
+        self.calls.borrow_mut().push("del");
+        Ok(())
+    }
+    fn check(&self, _req: &Request) -> Result<()> {
+        self.calls.borrow_mut().push("check");
+        Ok(())
+    }
+    fn status(&self, _req: &Request) -> Result<()> {
+        self.calls.borrow_mut().push("status");
+        Ok(())
+    }
+    fn gc(&self, _req: &Request) -> Result<()> {
+        self.calls.borrow_mut().push("gc");
+        Ok(())
+    }
+}

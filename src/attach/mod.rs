@@ -1,0 +1,179 @@
+//! What an attachment does: the plugin's modes as steps with undo, over the kernel seam.
+
+pub mod config;
+pub mod move_dev;
+pub mod plan;
+pub mod select;
+pub mod state;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use crate::cni::result::CniResult;
+use crate::cni::{Plugin, Request};
+use crate::error::{Error, Result};
+use crate::kernel::netlink::RealKernel;
+use crate::kernel::sysfs::SysRoot;
+use crate::kernel::{NetOps, Netns};
+
+use config::{Mode, PluginConf};
+use state::Store;
+
+/// IPAM as the attachment steps see it: None/no-op when the conf has no `ipam`.
+pub trait IpamOps {
+    fn add(&self, req: &Request) -> Result<Option<CniResult>>;
+    fn del(&self, req: &Request) -> Result<()>;
+    fn check(&self, req: &Request) -> Result<()>;
+    fn status(&self, req: &Request) -> Result<()>;
+    fn gc(&self, req: &Request) -> Result<()>;
+}
+
+/// The real delegation: exec `ipam.type` from CNI_PATH.
+pub struct DelegatedIpam;
+
+impl IpamOps for DelegatedIpam {
+    fn add(&self, req: &Request) -> Result<Option<CniResult>> {
+        match req.conf.ipam {
+            Some(_) => crate::cni::ipam::add(req).map(Some),
+            None => Ok(None),
+        }
+    }
+    fn del(&self, req: &Request) -> Result<()> {
+        match req.conf.ipam {
+            Some(_) => crate::cni::ipam::del(req),
+            None => Ok(()),
+        }
+    }
+    fn check(&self, req: &Request) -> Result<()> {
+        match req.conf.ipam {
+            Some(_) => crate::cni::ipam::check(req),
+            None => Ok(()),
+        }
+    }
+    fn status(&self, req: &Request) -> Result<()> {
+        match req.conf.ipam {
+            Some(_) => crate::cni::ipam::status(req),
+            None => Ok(()),
+        }
+    }
+    fn gc(&self, req: &Request) -> Result<()> {
+        match req.conf.ipam {
+            Some(_) => crate::cni::ipam::gc(req),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Everything a mode needs from the outside world.
+pub struct Ctx<'a> {
+    pub kernel: &'a dyn NetOps,
+    pub sys: &'a SysRoot,
+    pub store: &'a Store,
+    pub ipam: &'a dyn IpamOps,
+    /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
+    pub fail_after: Option<String>,
+}
+
+/// Opens CNI_NETNS, checking it is a network namespace.
+pub fn open_netns(path: Option<&Path>) -> Result<Netns> {
+    let path = path.ok_or_else(|| Error::InvalidEnv {
+        vars: vec!["CNI_NETNS".into()],
+        msg: "required for this command".into(),
+    })?;
+    Netns::open(path).map_err(|e| {
+        Error::Netns(format!(
+            "CNI_NETNS {} is not a usable network namespace: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The CNI plugin: parses this plugin's conf, builds the real kernel context, runs the mode.
+#[derive(Default)]
+pub struct RdmaNs;
+
+impl RdmaNs {
+    fn with_ctx<T>(&self, req: &Request, f: impl FnOnce(&Ctx<'_>, &PluginConf) -> Result<T>) -> Result<T> {
+        let pc = PluginConf::from_conf(&req.conf)?;
+        let kernel = RealKernel::new()
+            .map_err(|e| Error::io("opening an rtnetlink socket in the host netns", e))?;
+        let sys = SysRoot::from_env();
+        let store = Store::new(&pc.data_dir);
+        let ctx = Ctx {
+            kernel: &kernel,
+            sys: &sys,
+            store: &store,
+            ipam: &DelegatedIpam,
+            fail_after: plan::fault_injection_point(),
+        };
+        f(&ctx, &pc)
+    }
+}
+
+impl Plugin for RdmaNs {
+    fn add(&self, req: &Request) -> Result<CniResult> {
+        self.with_ctx(req, |ctx, pc| match pc.mode {
+            Mode::Move => move_dev::add(ctx, req, pc),
+        })
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, pc| match pc.mode {
+            Mode::Move => move_dev::del(ctx, req, pc),
+        })
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, pc| match pc.mode {
+            Mode::Move => move_dev::check(ctx, req, pc),
+        })
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, _pc| status(ctx, req))
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, pc| gc(ctx, req, pc.lock_timeout))
+    }
+}
+
+/// STATUS: ready when the state dir is writable and IPAM says it is ready.
+pub fn status(ctx: &Ctx<'_>, req: &Request) -> Result<()> {
+    ctx.store
+        .probe_writable()
+        .map_err(|e| Error::NotAvailable(format!("{e}; ADDs would fail to record attachments")))?;
+    ctx.ipam.status(req)
+}
+
+/// GC: release every attachment of this network that the runtime no longer lists as valid,
+/// then let IPAM collect its own garbage. Keeps going on errors and reports them all.
+pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Result<()> {
+    let valid = req.conf.valid_attachments.as_deref().unwrap_or(&[]);
+    let (attachments, mut errors) = ctx.store.list(&req.conf.name)?;
+    for att in attachments {
+        let keep = valid
+            .iter()
+            .any(|v| v.container_id == att.container_id && v.ifname == att.ifname);
+        if keep {
+            continue;
+        }
+        crate::log::info(&format!("GC: releasing stale attachment {}", att.id()));
+        let outcome = ctx
+            .store
+            .lock_device(&att.device_key, lock_timeout)
+            .and_then(|_lock| move_dev::release_device(ctx.kernel, None, &att))
+            .and_then(|_| ctx.store.remove(&att.network, &att.container_id, &att.ifname));
+        if let Err(e) = outcome {
+            errors.push(e);
+        }
+    }
+    if let Err(e) = ctx.ipam.gc(req) {
+        errors.push(e);
+    }
+    Error::collect(errors)
+}

@@ -1,0 +1,408 @@
+//! Attachment state on disk, and per-device locks.
+//!
+//! Layout under the data dir (default `/var/lib/cni/rdma-ns`, conf `dataDir`), directories
+//! 0700:
+//! - `<network>/<containerID>:<ifname>.json`: one record per attachment. Network names and
+//!   container ids match `[a-zA-Z0-9][a-zA-Z0-9_.-]*` and neither they nor ifnames may hold
+//!   `/` or `:`, so the name is unique and cannot escape the directory (checked again here).
+//! - `locks/<device-key>.lock`: flock(2) files serializing attachments that contend for one
+//!   device. Different devices never wait for each other.
+//!
+//! Files are written atomically (temp file, fsync, rename, fsync dir) so a crash leaves the
+//! old record or the new one, never a torn one. The record is written *before* the device is
+//! moved ("adding"), so even a plugin killed mid-ADD leaves DEL enough to bring it back.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/rdma-ns";
+
+/// Where an ADD got to, so DEL knows what to look for.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Written before the first kernel change.
+    Adding,
+    /// ADD completed.
+    Ready,
+}
+
+/// The host device as it was before ADD: what DEL restores.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostDevice {
+    pub name: String,
+    pub ifindex: u32,
+    pub mtu: u32,
+    pub hwaddr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm_hwaddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
+    pub was_up: bool,
+    /// Addresses the device had in the host (restored when an ADD is rolled back).
+    #[serde(default)]
+    pub addresses: Vec<String>,
+}
+
+/// One attachment: everything DEL, CHECK and GC need without prevResult.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+    pub mode: String,
+    pub phase: Phase,
+    pub netns: String,
+    pub device_key: String,
+    pub host: HostDevice,
+    /// The device's ifindex inside the pod (usually unchanged by the move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ifindex: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_mtu: Option<u32>,
+    /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_result: Option<serde_json::Value>,
+}
+
+impl Attachment {
+    pub fn id(&self) -> String {
+        attachment_id(&self.container_id, &self.ifname)
+    }
+}
+
+fn attachment_id(container_id: &str, ifname: &str) -> String {
+    format!("{container_id}:{ifname}")
+}
+
+/// A component that may become a file or directory name: non-empty, no `/`, no NUL, not `.`
+/// or `..`. Everything written under the data dir passes through this.
+fn safe_component(kind: &str, s: &str) -> Result<()> {
+    if s.is_empty() || s == "." || s == ".." || s.contains(['/', '\0']) {
+        return Err(Error::State(format!(
+            "{kind} {s:?} cannot be used in a state file name"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    pub fn new(dir: impl Into<PathBuf>) -> Store {
+        Store { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn network_dir(&self, network: &str) -> Result<PathBuf> {
+        safe_component("network name", network)?;
+        Ok(self.dir.join(network))
+    }
+
+    fn record_path(&self, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf> {
+        safe_component("container id", container_id)?;
+        safe_component("interface name", ifname)?;
+        if container_id.contains(':') || ifname.contains(':') {
+            return Err(Error::State(format!(
+                "container id {container_id:?} or ifname {ifname:?} contains ':'"
+            )));
+        }
+        Ok(self
+            .network_dir(network)?
+            .join(format!("{}.json", attachment_id(container_id, ifname))))
+    }
+
+    /// Creates the data dir (0700) if needed.
+    pub fn ensure_dir(&self, sub: Option<&str>) -> Result<PathBuf> {
+        let dir = match sub {
+            Some(s) => {
+                safe_component("state subdirectory", s)?;
+                self.dir.join(s)
+            }
+            None => self.dir.clone(),
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "creating state directory {} (set `dataDir` to a writable directory)",
+                        dir.display()
+                    ),
+                    e,
+                )
+            })?;
+        Ok(dir)
+    }
+
+    pub fn save(&self, att: &Attachment) -> Result<()> {
+        let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
+        self.ensure_dir(Some(&att.network))?;
+        let json = serde_json::to_vec_pretty(att)
+            .map_err(|e| Error::State(format!("encoding state for {}: {e}", att.id())))?;
+        write_atomic(&path, &json)
+            .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
+    }
+
+    pub fn load(&self, network: &str, container_id: &str, ifname: &str) -> Result<Option<Attachment>> {
+        let path = self.record_path(network, container_id, ifname)?;
+        read_record(&path)
+    }
+
+    pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
+        let path = self.record_path(network, container_id, ifname)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("removing state file {}", path.display()), e)),
+        }
+    }
+
+    /// Every attachment of `network` (for GC). Unreadable records are reported, not skipped.
+    pub fn list(&self, network: &str) -> Result<(Vec<Attachment>, Vec<Error>)> {
+        let dir = self.network_dir(network)?;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+        };
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name();
+            if !name.to_string_lossy().ends_with(".json") {
+                continue;
+            }
+            match read_record(&entry.path()) {
+                Ok(Some(a)) => found.push(a),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        found.sort_by(|a, b| a.id().cmp(&b.id()));
+        Ok((found, errors))
+    }
+
+    /// Every attachment of every network (to find who holds a device).
+    pub fn list_all(&self) -> Vec<Attachment> {
+        let mut all = Vec::new();
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return all;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "locks" || !entry.path().is_dir() {
+                continue;
+            }
+            if let Ok((atts, _)) = self.list(&name) {
+                all.extend(atts);
+            }
+        }
+        all
+    }
+
+    /// Checks the data dir is writable: creates and removes a probe file.
+    pub fn probe_writable(&self) -> Result<()> {
+        self.ensure_dir(None)?;
+        let probe = self.dir.join(format!(".probe-{}", std::process::id()));
+        write_atomic(&probe, b"ok")
+            .and_then(|_| fs::remove_file(&probe))
+            .map_err(|e| Error::io(format!("state directory {} is not writable", self.dir.display()), e))
+    }
+
+    /// Takes the lock of `device_key`, waiting at most `timeout`; code 11 when it stays busy.
+    pub fn lock_device(&self, device_key: &str, timeout: Duration) -> Result<DeviceLock> {
+        safe_component("device key", device_key)?;
+        let dir = self.ensure_dir(Some("locks"))?;
+        let path = dir.join(format!("{device_key}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening lock file {}", path.display()), e))?;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            // LOCK_NB + bounded polling instead of a blocking flock: a stuck holder must turn into
+            // "try again later" for the runtime, never into a hung pod start.
+            let rc = unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(DeviceLock { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(nix::libc::EWOULDBLOCK) {
+                return Err(Error::io(format!("locking {}", path.display()), err));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::TryAgainLater(format!(
+                    "device {device_key} is locked by another rdma-ns invocation for more than {} ms \
+                     (lock file {}); retry, or find the stuck process with `fuser {}`",
+                    timeout.as_millis(),
+                    path.display(),
+                    path.display()
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Held while an attachment changes its device; released on drop (the fd closes).
+#[derive(Debug)]
+pub struct DeviceLock {
+    _file: File,
+}
+
+fn read_record(path: &Path) -> Result<Option<Attachment>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("reading state file {}", path.display()), e)),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::State(format!(
+            "state file {} is corrupt ({e}); inspect it, then remove it to let DEL proceed",
+            path.display()
+        ))
+    })
+}
+
+/// temp file in the same dir, fsync, rename over the target, fsync the directory.
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    fn sample() -> Attachment {
+        Attachment {
+            network: "rdma-net".into(),
+            container_id: "abc123".into(),
+            ifname: "net1".into(),
+            mode: "move".into(),
+            phase: Phase::Ready,
+            netns: "/run/netns/p1".into(),
+            device_key: "mac-02_00_00_00_00_01".into(),
+            host: HostDevice {
+                name: "ens1f0v0".into(),
+                ifindex: 7,
+                mtu: 1500,
+                hwaddr: "02:00:00:00:00:01".into(),
+                perm_hwaddr: None,
+                pci: Some("0000:3b:00.2".into()),
+                was_up: true,
+                addresses: vec!["192.0.2.1/24".into()],
+            },
+            pod_ifindex: Some(7),
+            pod_mtu: Some(9000),
+            ipam_result: None,
+        }
+    }
+
+    #[test]
+    fn save_load_list_remove_round_trip_with_private_dirs() {
+        let tmp = TempDir::new("state");
+        let store = Store::new(tmp.path().join("data"));
+        let att = sample();
+        store.save(&att).unwrap();
+        let back = store.load("rdma-net", "abc123", "net1").unwrap().unwrap();
+        assert_eq!(back, att);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(tmp.path().join("data/rdma-net")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let (all, errs) = store.list("rdma-net").unwrap();
+        assert_eq!(all.len(), 1);
+        assert!(errs.is_empty());
+        assert_eq!(store.list_all().len(), 1);
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        assert!(store.load("rdma-net", "abc123", "net1").unwrap().is_none());
+        let leftovers: Vec<_> = fs::read_dir(tmp.path().join("data/rdma-net")).unwrap().collect();
+        assert!(leftovers.is_empty(), "no temp files left behind");
+    }
+
+    #[test]
+    fn names_cannot_escape_the_data_dir() {
+        let tmp = TempDir::new("state-escape");
+        let store = Store::new(tmp.path());
+        assert!(store.load("..", "abc", "net1").is_err());
+        assert!(store.load("net", "../x", "net1").is_err());
+        assert!(store.load("net", "abc", "a/b").is_err());
+        assert!(store.load("net", "a:b", "x").is_err());
+        assert!(store.lock_device("../x", Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn corrupt_records_are_reported_with_their_path() {
+        let tmp = TempDir::new("state-corrupt");
+        let store = Store::new(tmp.path());
+        store.ensure_dir(Some("n")).unwrap();
+        fs::write(tmp.path().join("n/c:eth0.json"), b"{not json").unwrap();
+        let err = store.load("n", "c", "eth0").unwrap_err();
+        assert!(err.to_string().contains("c:eth0.json"), "{err}");
+        let (ok, errs) = store.list("n").unwrap();
+        assert!(ok.is_empty());
+        assert_eq!(errs.len(), 1);
+    }
+
+    #[test]
+    fn a_held_device_lock_times_out_with_code_11_and_frees_on_drop() {
+        let tmp = TempDir::new("state-lock");
+        let store = Store::new(tmp.path());
+        let held = store.lock_device("pci-0000_3b_00.2", Duration::from_millis(10)).unwrap();
+        let err = store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(30))
+            .unwrap_err();
+        assert_eq!(err.code(), 11, "{err}");
+        // A different device is not blocked.
+        store.lock_device("pci-0000_3b_00.3", Duration::from_millis(10)).unwrap();
+        drop(held);
+        store.lock_device("pci-0000_3b_00.2", Duration::from_millis(10)).unwrap();
+    }
+}

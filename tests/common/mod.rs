@@ -1,0 +1,388 @@
+//! Root integration-test helpers: real network namespaces and veth pairs standing in for NICs,
+//! and the built `rdma-ns` binary exec'd exactly as a runtime does (env + stdin).
+//!
+//! Every object is named with a per-process, per-test unique prefix and removed on drop, so
+//! tests run in parallel and leave nothing behind.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A short unique tag: netdev names are limited to 15 bytes.
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{:x}{n:x}", std::process::id() % 0xfff)
+}
+
+/// Runs a setup/inspection command (iproute2 in tests only); panics with its stderr on failure.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn sh_ok(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct TestNetns {
+    pub name: String,
+}
+
+impl TestNetns {
+    pub fn new() -> TestNetns {
+        let name = unique("rnt");
+        sh(&["ip", "netns", "add", &name]);
+        TestNetns { name }
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// `ip -j link show` inside the namespace.
+    pub fn link(&self, ifname: &str) -> Option<Value> {
+        link_in(Some(&self.name), ifname)
+    }
+
+    pub fn addrs(&self, ifname: &str) -> Vec<String> {
+        addrs_in(Some(&self.name), ifname)
+    }
+
+    pub fn delete(&self) {
+        let _ = sh_ok(&["ip", "netns", "delete", &self.name]);
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
+/// A veth pair in the host: `nic` stands in for a NIC to move, `peer` stays behind.
+pub struct Veth {
+    pub nic: String,
+    pub peer: String,
+}
+
+impl Veth {
+    pub fn new() -> Veth {
+        let nic = unique("rnv");
+        let peer = format!("{nic}p");
+        sh(&["ip", "link", "add", &nic, "type", "veth", "peer", "name", &peer]);
+        sh(&["ip", "link", "set", &peer, "up"]);
+        Veth { nic, peer }
+    }
+
+    pub fn mac(&self) -> String {
+        host_link(&self.nic).expect("nic in host")["address"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        // Deleting the peer deletes both ends, wherever the nic is.
+        let _ = sh_ok(&["ip", "link", "del", &self.peer]);
+    }
+}
+
+pub fn link_in(ns: Option<&str>, ifname: &str) -> Option<Value> {
+    let mut args = vec!["ip"];
+    if let Some(n) = ns {
+        args.extend(["-n", n]);
+    }
+    args.extend(["-j", "-d", "link", "show", "dev", ifname]);
+    let out = Command::new(args[0]).args(&args[1..]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+pub fn host_link(ifname: &str) -> Option<Value> {
+    link_in(None, ifname)
+}
+
+pub fn addrs_in(ns: Option<&str>, ifname: &str) -> Vec<String> {
+    let mut args = vec!["ip"];
+    if let Some(n) = ns {
+        args.extend(["-n", n]);
+    }
+    args.extend(["-j", "addr", "show", "dev", ifname]);
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    if !out.status.success() {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let mut found = Vec::new();
+    for link in v.as_array().into_iter().flatten() {
+        for a in link["addr_info"].as_array().into_iter().flatten() {
+            if a["scope"] == "link" {
+                continue;
+            }
+            found.push(format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]));
+        }
+    }
+    found
+}
+
+/// One plugin invocation's outcome.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?} / {}", self.stdout, self.stderr))
+    }
+
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.code, 0, "plugin failed: {} / {}", self.stdout, self.stderr);
+        self
+    }
+
+    /// Asserts a CNI error with `code` and returns its msg.
+    #[track_caller]
+    pub fn err(&self, code: u64) -> String {
+        assert_ne!(self.code, 0, "expected failure, got {}", self.stdout);
+        let v = self.json();
+        assert_eq!(v["code"], code, "wrong code: {v}");
+        for key in ["cniVersion", "code", "msg", "details"] {
+            assert!(v.get(key).is_some(), "error lacks {key}: {v}");
+        }
+        v["msg"].as_str().unwrap().to_string()
+    }
+}
+
+/// How a runtime would call the plugin: env vars and the conf on stdin.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+    pub path: String,
+    pub extra_env: Vec<(String, String)>,
+}
+
+pub fn cni_path() -> String {
+    format!("{}/tests/support:/usr/lib/cni", env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Call {
+    pub fn new(command: &str, container_id: &str, netns: &str, ifname: &str) -> Call {
+        Call {
+            command: command.into(),
+            container_id: container_id.into(),
+            netns: netns.into(),
+            ifname: ifname.into(),
+            args: String::new(),
+            path: cni_path(),
+            extra_env: Vec::new(),
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Call {
+        self.extra_env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn run(&self, conf: &Value) -> Outcome {
+        self.run_raw(conf.to_string().as_bytes())
+    }
+
+    pub fn run_raw(&self, stdin: &[u8]) -> Outcome {
+        let mut cmd = Command::new(PLUGIN);
+        // libcni sets every variable, some of them empty: mimic that exactly.
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("CNI_COMMAND", &self.command)
+            .env("CNI_CONTAINERID", &self.container_id)
+            .env("CNI_NETNS", &self.netns)
+            .env("CNI_IFNAME", &self.ifname)
+            .env("CNI_ARGS", &self.args)
+            .env("CNI_PATH", &self.path);
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn plugin");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        Outcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// A private data dir (state + locks) per test, removed on drop.
+pub struct DataDir(pub PathBuf);
+
+impl DataDir {
+    pub fn new() -> DataDir {
+        let p = std::env::temp_dir().join(unique("rdma-ns-it-"));
+        let _ = std::fs::remove_dir_all(&p);
+        DataDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn str(&self) -> String {
+        self.0.display().to_string()
+    }
+
+    /// Attachment records left under the data dir (lock files excluded).
+    pub fn records(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for net in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if net.file_name() == "locks" || !net.path().is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(net.path()).into_iter().flatten().flatten() {
+                found.push(f.path());
+            }
+        }
+        found
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A move-mode conf selecting `device`, with static IPAM for `address` unless `ipam` given.
+pub fn move_conf(version: &str, name: &str, device: &str, data: &DataDir) -> Value {
+    serde_json::json!({
+        "cniVersion": version,
+        "name": name,
+        "type": "rdma-ns",
+        "mode": "move",
+        "device": device,
+        "dataDir": data.str(),
+    })
+}
+
+pub fn static_ipam(address: &str) -> Value {
+    serde_json::json!({"type": "static", "addresses": [{"address": address}]})
+}
+
+/// A fixture sysfs root whose PCI/aux devices point at real host netdevs, so that selection by
+/// `pciBusID`/`deviceID`/`kernelpath` resolves to veths the test can really move.
+pub struct FixtureSys {
+    pub root: PathBuf,
+}
+
+impl FixtureSys {
+    pub fn new() -> FixtureSys {
+        let root = std::env::temp_dir().join(unique("rdma-ns-sys-"));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        std::fs::create_dir_all(root.join("bus/auxiliary/devices")).unwrap();
+        FixtureSys { root }
+    }
+
+    /// `devices/pci0000:00/0000:00:02.0/<bdf>/net/<netdev>` and the relative bus symlink, as the
+    /// kernel lays them out.
+    pub fn add_pci(&self, bdf: &str, netdevs: &[&str]) -> String {
+        let rel = format!("devices/pci0000:00/0000:00:02.0/{bdf}");
+        for n in netdevs {
+            std::fs::create_dir_all(self.root.join(&rel).join("net").join(n)).unwrap();
+        }
+        std::fs::create_dir_all(self.root.join(&rel)).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../../{rel}"),
+            self.root.join("bus/pci/devices").join(bdf),
+        )
+        .unwrap();
+        format!("/sys/{rel}")
+    }
+
+    pub fn add_aux(&self, name: &str, netdev: &str) {
+        let rel = format!("devices/pci0000:00/0000:00:03.0/0000:06:00.0/{name}");
+        std::fs::create_dir_all(self.root.join(&rel).join("net").join(netdev)).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../../{rel}"),
+            self.root.join("bus/auxiliary/devices").join(name),
+        )
+        .unwrap();
+    }
+
+    pub fn env(&self) -> (String, String) {
+        ("RDMA_NS_SYSFS_ROOT".into(), self.root.display().to_string())
+    }
+}
+
+impl Drop for FixtureSys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The host-side facts a failed ADD must leave unchanged.
+#[derive(Debug, PartialEq)]
+pub struct HostView {
+    pub present: bool,
+    pub mtu: u64,
+    pub up: bool,
+    pub addrs: Vec<String>,
+}
+
+pub fn host_view(ifname: &str) -> HostView {
+    match host_link(ifname) {
+        None => HostView {
+            present: false,
+            mtu: 0,
+            up: false,
+            addrs: Vec::new(),
+        },
+        Some(l) => HostView {
+            present: true,
+            mtu: l["mtu"].as_u64().unwrap(),
+            up: l["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "UP"),
+            addrs: addrs_in(None, ifname),
+        },
+    }
+}
