@@ -637,6 +637,8 @@ mod tests {
         let e = CniResult::parse(&v, "0.4.0").unwrap_err();
         assert_eq!(e.code(), 6);
         assert!(e.to_string().contains("ips[0].version"), "{e}");
+        let v = json!({"ips": [{"version": "4", "address": "fd00::1/64"}]});
+        assert_eq!(CniResult::parse(&v, "0.3.0").unwrap_err().code(), 6);
         let v = json!({"ips": [{"version": "5", "address": "10.0.0.1/8"}]});
         assert_eq!(CniResult::parse(&v, "0.3.1").unwrap_err().code(), 6);
         let v = json!({"ips": [{"address": "fd00::1/64"}]});
