@@ -4,6 +4,7 @@
 //! request into steps with undo; [`kernel`] talks to netlink, netns and sysfs and knows
 //! nothing about CNI.
 
+pub mod cni;
 pub mod error;
 pub mod kernel;
 pub mod log;

@@ -1,0 +1,522 @@
+//! Delegation to the IPAM plugin named by `ipam.type` (spec "Delegated plugins (IPAM)").
+//!
+//! The spec has the delegating plugin run the IPAM binary found in CNI_PATH with the same
+//! environment and the same stdin, changing only CNI_COMMAND, and pass its errors up.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::Value;
+
+use crate::cni::{CniResult, Command, Request};
+use crate::error::{Error, Result};
+
+/// How much of a misbehaving plugin's stdout goes into our error message.
+const EXCERPT_BYTES: usize = 512;
+
+/// Attempts to start a plugin that is briefly "text file busy": libcni retries the same way,
+/// since a binary being installed or just written can be open for writing in another process.
+const SPAWN_ATTEMPTS: u32 = 5;
+
+/// The first executable `ipam_type` in `dirs`, searched in order as CNI_PATH lists them.
+pub fn find_plugin(ipam_type: &str, dirs: &[PathBuf]) -> Result<PathBuf> {
+    if ipam_type.is_empty()
+        || ipam_type.contains(['/', '\0'])
+        || ipam_type == "."
+        || ipam_type == ".."
+    {
+        return Err(Error::config(
+            "ipam.type",
+            format!("{ipam_type:?} must be a plugin file name (found in CNI_PATH), not a path"),
+        ));
+    }
+    let mut not_executable = Vec::new();
+    for dir in dirs {
+        let candidate = dir.join(ipam_type);
+        match std::fs::metadata(&candidate) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
+                return Ok(candidate)
+            }
+            Ok(_) => not_executable.push(candidate.display().to_string()),
+            Err(_) => {}
+        }
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut msg = format!(
+        "IPAM plugin `{ipam_type}` not found in CNI_PATH ({})",
+        searched.join(":")
+    );
+    if !not_executable.is_empty() {
+        msg.push_str(&format!(
+            "; present but not an executable file: {}",
+            not_executable.join(", ")
+        ));
+    }
+    msg.push_str(
+        "; install it into one of those directories (the reference plugins ship host-local, \
+         static, dhcp; Debian's containernetworking-plugins package puts them in \
+         /usr/lib/cni) or add its directory to the runtime's CNI bin dirs",
+    );
+    Err(Error::IpamExec(msg))
+}
+
+/// Runs `plugin` for `command` with this process's environment (CNI_COMMAND replaced) and
+/// `stdin`. Ok(None) when it succeeded and printed nothing (DEL, CHECK, STATUS, GC).
+pub fn exec(plugin: &Path, command: Command, stdin: &[u8]) -> Result<Option<Value>> {
+    let name = plugin_name(plugin);
+    let mut attempt = 1;
+    let mut child = loop {
+        let spawned = std::process::Command::new(plugin)
+            .env("CNI_COMMAND", command.as_str())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn();
+        match spawned {
+            Ok(child) => break child,
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && attempt < SPAWN_ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50 * u64::from(attempt)));
+            }
+            Err(e) => {
+                return Err(Error::IpamExec(format!(
+                    "cannot run IPAM plugin {} for {command}: {e}",
+                    plugin.display()
+                )))
+            }
+        }
+    };
+
+    // Written from a thread: a plugin that prints before reading all of stdin would otherwise
+    // deadlock against us on a full pipe.
+    let mut pipe = child.stdin.take().expect("stdin was requested as a pipe");
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || pipe.write_all(&input));
+    let output = child.wait_with_output().map_err(|e| {
+        Error::IpamExec(format!("waiting for IPAM plugin `{name}` ({command}): {e}"))
+    })?;
+    // A plugin may legitimately exit without reading stdin (broken pipe); its exit status and
+    // output decide the outcome.
+    let _ = writer.join();
+
+    let stdout = output.stdout;
+    if output.status.success() {
+        if stdout.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        return serde_json::from_slice(&stdout).map(Some).map_err(|e| {
+            Error::IpamExec(format!(
+                "IPAM plugin `{name}` ({command}) succeeded but its output is not JSON ({e}): {}",
+                excerpt(&stdout)
+            ))
+        });
+    }
+
+    let status = match output.status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => format!("was killed ({})", output.status),
+    };
+    match parse_error(&stdout) {
+        Some((code, msg, details)) => Err(Error::Delegated {
+            plugin: name,
+            code,
+            msg,
+            details,
+        }),
+        None if stdout.iter().all(u8::is_ascii_whitespace) => Err(Error::IpamExec(format!(
+            "IPAM plugin `{name}` ({command}) {status} without printing a CNI error; see its \
+             stderr"
+        ))),
+        None => Err(Error::IpamExec(format!(
+            "IPAM plugin `{name}` ({command}) {status} and printed no CNI error: {}",
+            excerpt(&stdout)
+        ))),
+    }
+}
+
+/// `{code, msg, details}` from a failed plugin; code 0 is not an error code, so such output
+/// counts as unreadable.
+fn parse_error(stdout: &[u8]) -> Option<(u32, String, String)> {
+    let value: Value = serde_json::from_slice(stdout).ok()?;
+    let code = u32::try_from(value.get("code")?.as_u64()?).ok()?;
+    if code == 0 {
+        return None;
+    }
+    let text = |key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Some((code, text("msg"), text("details")))
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(EXCERPT_BYTES)];
+    let text = String::from_utf8_lossy(cut);
+    if bytes.len() > EXCERPT_BYTES {
+        format!("{:?}... ({} bytes in all)", text, bytes.len())
+    } else {
+        format!("{text:?}")
+    }
+}
+
+fn plugin_name(plugin: &Path) -> String {
+    plugin
+        .file_name()
+        .unwrap_or(OsStr::new(""))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The IPAM plugin this request's conf names, located in its CNI_PATH.
+pub fn plugin_for(req: &Request) -> Result<PathBuf> {
+    let ipam_type = req.conf.ipam_type().ok_or_else(|| {
+        Error::config(
+            "ipam",
+            "this network has no IPAM section; add one with a `type` naming the IPAM plugin",
+        )
+    })?;
+    find_plugin(ipam_type, &req.env.path)
+}
+
+/// Runs the request's IPAM plugin for `command` with `stdin` (normally `req.stdin`; a plugin
+/// may pass a rewritten conf).
+pub fn delegate(req: &Request, command: Command, stdin: &[u8]) -> Result<Option<Value>> {
+    exec(&plugin_for(req)?, command, stdin)
+}
+
+/// ADD: allocates addresses; the IPAM result is read in its own cniVersion.
+pub fn add(req: &Request) -> Result<CniResult> {
+    add_with_stdin(req, &req.stdin)
+}
+
+pub fn add_with_stdin(req: &Request, stdin: &[u8]) -> Result<CniResult> {
+    let plugin = plugin_for(req)?;
+    let name = plugin_name(&plugin);
+    let value = exec(&plugin, Command::Add, stdin)?.ok_or_else(|| {
+        Error::IpamExec(format!(
+            "IPAM plugin `{name}` (ADD) succeeded but printed no result"
+        ))
+    })?;
+    CniResult::parse(&value, &req.conf.cni_version).map_err(|e| match e {
+        Error::Decode { msg, .. } => Error::decode(format!("IPAM plugin `{name}` result"), msg),
+        other => other,
+    })
+}
+
+pub fn del(req: &Request) -> Result<()> {
+    delegate(req, Command::Del, &req.stdin).map(drop)
+}
+
+pub fn check(req: &Request) -> Result<()> {
+    delegate(req, Command::Check, &req.stdin).map(drop)
+}
+
+/// STATUS: the IPAM plugin's own 50/51 pass through; an IPAM plugin we cannot run means
+/// ADDs would fail, which STATUS reports as 51.
+pub fn status(req: &Request) -> Result<()> {
+    match delegate(req, Command::Status, &req.stdin) {
+        Ok(_) => Ok(()),
+        Err(Error::IpamExec(msg)) => Err(Error::IpamNotAvailable(msg)),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn gc(req: &Request) -> Result<()> {
+    delegate(req, Command::Gc, &req.stdin).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::args::CniArgs;
+    use crate::cni::{CniEnv, NetConf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A directory removed when the test ends.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> TempDir {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "rdma-ns-ipam-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            TempDir(path)
+        }
+
+        fn script(&self, name: &str, body: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const RESULT_040: &str = r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.9.0.5/24","gateway":"10.9.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.9.0.1"}],"dns":{"nameservers":["10.9.0.53"]}}"#;
+
+    /// Records its command and stdin beside itself, then prints `output` and exits `status`.
+    fn recording_plugin(dir: &TempDir, name: &str, output: &str, status: u8) -> PathBuf {
+        dir.script(
+            name,
+            &format!(
+                "cat > \"$0.stdin\"\nprintf '%s' \"$CNI_COMMAND\" > \"$0.cmd\"\n\
+                 cat <<'EOF'\n{output}\nEOF\nexit {status}"
+            ),
+        )
+    }
+
+    fn request(dir: &Path, ipam_type: &str, version: &str) -> Request {
+        let stdin = format!(
+            r#"{{"cniVersion":"{version}","name":"net","type":"rdma-ns","ipam":{{"type":"{ipam_type}","subnet":"10.9.0.0/24"}}}}"#
+        )
+        .into_bytes();
+        Request {
+            env: CniEnv {
+                command: Command::Add,
+                container_id: "c1".into(),
+                netns: Some("/proc/self/ns/net".into()),
+                ifname: "net1".into(),
+                args: CniArgs::default(),
+                path: vec![dir.join("missing"), dir.to_path_buf()],
+            },
+            conf: NetConf::parse(&stdin, Command::Add).unwrap(),
+            stdin,
+        }
+    }
+
+    #[test]
+    fn find_plugin_takes_the_first_executable_in_order() {
+        let first = TempDir::new();
+        let second = TempDir::new();
+        std::fs::write(first.0.join("host-local"), "not executable").unwrap();
+        std::fs::create_dir(first.0.join("static")).unwrap();
+        let good = second.script("host-local", "exit 0");
+        let dirs = [first.0.clone(), second.0.clone()];
+        assert_eq!(find_plugin("host-local", &dirs).unwrap(), good);
+
+        let also = first.script("whereabouts", "exit 0");
+        second.script("whereabouts", "exit 0");
+        assert_eq!(find_plugin("whereabouts", &dirs).unwrap(), also);
+
+        let e = find_plugin("static", &dirs).unwrap_err();
+        assert_eq!(e.code(), 107);
+        let text = e.to_string();
+        assert!(text.contains(&first.0.display().to_string()), "{text}");
+        assert!(text.contains(&second.0.display().to_string()), "{text}");
+        assert!(text.contains("/usr/lib/cni"), "{text}");
+        assert!(text.contains("not an executable"), "{text}");
+    }
+
+    #[test]
+    fn find_plugin_refuses_paths() {
+        for bad in [
+            "",
+            "../host-local",
+            "/usr/bin/host-local",
+            "a\0b",
+            ".",
+            "..",
+        ] {
+            let e = find_plugin(bad, &[PathBuf::from("/usr/lib/cni")]).unwrap_err();
+            assert_eq!(e.code(), 7, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn exec_passes_command_and_stdin_and_reads_json() {
+        let dir = TempDir::new();
+        let plugin = recording_plugin(&dir, "ipam", RESULT_040, 0);
+        let stdin = br#"{"cniVersion":"0.4.0","name":"n"}"#;
+        let out = exec(&plugin, Command::Check, stdin).unwrap().unwrap();
+        assert_eq!(out["ips"][0]["address"], "10.9.0.5/24");
+        assert_eq!(std::fs::read(dir.0.join("ipam.stdin")).unwrap(), stdin);
+        assert_eq!(
+            std::fs::read_to_string(dir.0.join("ipam.cmd")).unwrap(),
+            "CHECK"
+        );
+
+        let quiet = dir.script("quiet", "cat >/dev/null\nexit 0");
+        assert_eq!(exec(&quiet, Command::Del, b"{}").unwrap(), None);
+    }
+
+    #[test]
+    fn exec_maps_a_cni_error_to_delegated() {
+        let dir = TempDir::new();
+        let plugin = dir.script(
+            "busy",
+            r#"echo '{"cniVersion":"1.0.0","code":11,"msg":"lock busy","details":"retry soon"}'
+exit 1"#,
+        );
+        match exec(&plugin, Command::Add, b"{}").unwrap_err() {
+            e @ Error::Delegated { .. } => {
+                assert_eq!(e.code(), 11);
+                assert_eq!(e.details(), "retry soon");
+                assert_eq!(e.to_string(), "IPAM plugin `busy` failed: lock busy");
+            }
+            other => panic!("expected Delegated, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exec_bad_output_is_107_with_a_bounded_excerpt() {
+        let dir = TempDir::new();
+        let crash = dir.script("crash", "echo 'panic: runtime error'\nexit 2");
+        let e = exec(&crash, Command::Add, b"{}").unwrap_err();
+        assert_eq!(e.code(), 107);
+        let text = e.to_string();
+        assert!(
+            text.contains("status 2") && text.contains("panic: runtime error"),
+            "{text}"
+        );
+
+        let zero = dir.script("zero", r#"echo '{"code":0,"msg":"?"}'; exit 1"#);
+        assert_eq!(exec(&zero, Command::Add, b"{}").unwrap_err().code(), 107);
+
+        let silent = dir.script("silent", "exit 3");
+        let e = exec(&silent, Command::Add, b"{}").unwrap_err();
+        assert!(e.code() == 107 && e.to_string().contains("stderr"), "{e}");
+
+        let flood = dir.script("flood", "head -c 5000 /dev/zero | tr '\\0' x\nexit 0");
+        let e = exec(&flood, Command::Add, b"{}").unwrap_err();
+        let text = e.to_string();
+        assert_eq!(e.code(), 107);
+        assert!(text.contains("5000 bytes in all"), "{text}");
+        assert!(text.len() < 1000, "{}", text.len());
+
+        let e = exec(&dir.0.join("absent"), Command::Add, b"{}").unwrap_err();
+        assert_eq!(e.code(), 107);
+    }
+
+    #[test]
+    fn exec_survives_a_plugin_that_ignores_stdin() {
+        let dir = TempDir::new();
+        let plugin = dir.script("noread", "exit 0");
+        let big = vec![b' '; 1 << 20];
+        assert_eq!(exec(&plugin, Command::Del, &big).unwrap(), None);
+    }
+
+    #[test]
+    fn add_converts_an_older_ipam_result() {
+        let dir = TempDir::new();
+        recording_plugin(&dir, "fake-ipam", RESULT_040, 0);
+        let req = request(&dir.0, "fake-ipam", "1.1.0");
+        let result = add(&req).unwrap();
+        assert_eq!(
+            std::fs::read(dir.0.join("fake-ipam.stdin")).unwrap(),
+            req.stdin
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.0.join("fake-ipam.cmd")).unwrap(),
+            "ADD"
+        );
+        assert_eq!(
+            result.to_json("1.1.0").unwrap(),
+            r#"{"cniVersion":"1.1.0","ips":[{"address":"10.9.0.5/24","gateway":"10.9.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.9.0.1"}],"dns":{"nameservers":["10.9.0.53"]}}"#
+        );
+
+        let custom = br#"{"cniVersion":"1.1.0","name":"net","type":"x"}"#;
+        add_with_stdin(&req, custom).unwrap();
+        assert_eq!(
+            std::fs::read(dir.0.join("fake-ipam.stdin")).unwrap(),
+            custom
+        );
+    }
+
+    #[test]
+    fn add_rejects_missing_or_bad_results() {
+        let dir = TempDir::new();
+        dir.script("empty", "exit 0");
+        let e = add(&request(&dir.0, "empty", "1.1.0")).unwrap_err();
+        assert!(
+            e.code() == 107 && e.to_string().contains("no result"),
+            "{e}"
+        );
+
+        recording_plugin(
+            &dir,
+            "badip",
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"x"}]}"#,
+            0,
+        );
+        let e = add(&request(&dir.0, "badip", "1.1.0")).unwrap_err();
+        assert!(e.code() == 6 && e.to_string().contains("badip"), "{e}");
+
+        recording_plugin(&dir, "ancient", r#"{"cniVersion":"0.2.0","ip4":{}}"#, 0);
+        assert_eq!(
+            add(&request(&dir.0, "ancient", "1.1.0"))
+                .unwrap_err()
+                .code(),
+            1
+        );
+    }
+
+    #[test]
+    fn other_commands_delegate_with_their_own_name() {
+        let dir = TempDir::new();
+        recording_plugin(&dir, "rec", "", 0);
+        let req = request(&dir.0, "rec", "1.1.0");
+        type Delegation = fn(&Request) -> Result<()>;
+        let calls: [(Delegation, &str); 4] = [
+            (del, "DEL"),
+            (check, "CHECK"),
+            (status, "STATUS"),
+            (gc, "GC"),
+        ];
+        for (call, name) in calls {
+            call(&req).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(dir.0.join("rec.cmd")).unwrap(),
+                name
+            );
+        }
+    }
+
+    #[test]
+    fn status_passes_ipam_codes_through_and_maps_missing_plugin_to_51() {
+        let dir = TempDir::new();
+        dir.script(
+            "full",
+            r#"echo '{"code":51,"msg":"no free addresses in 10.9.0.0/24"}'; exit 1"#,
+        );
+        let e = status(&request(&dir.0, "full", "1.1.0")).unwrap_err();
+        assert_eq!(e.code(), 51);
+        assert!(e.to_string().contains("no free addresses"), "{e}");
+
+        let e = status(&request(&dir.0, "not-installed", "1.1.0")).unwrap_err();
+        assert!(matches!(e, Error::IpamNotAvailable(_)), "{e:?}");
+        assert_eq!(e.code(), 51);
+        // ADD, by contrast, reports the missing binary as an exec failure.
+        assert_eq!(
+            add(&request(&dir.0, "not-installed", "1.1.0"))
+                .unwrap_err()
+                .code(),
+            107
+        );
+    }
+
+    #[test]
+    fn no_ipam_section_is_a_config_error() {
+        let dir = TempDir::new();
+        let mut req = request(&dir.0, "x", "1.1.0");
+        req.conf.ipam = None;
+        assert_eq!(del(&req).unwrap_err().code(), 7);
+    }
+}
