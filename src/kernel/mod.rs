@@ -5,7 +5,7 @@
 //! with netlink sockets opened inside each namespace; tests implement it with a fake that
 //! records calls and fails on demand.
 
-// pub mod netlink; (added by the netlink work)
+pub mod netlink;
 pub mod netns;
 pub mod sysfs;
 
