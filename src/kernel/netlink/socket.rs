@@ -24,8 +24,9 @@ const NLMSGERR_ATTR_MISS_TYPE: u16 = 5;
 const NLMSG_HDRLEN: usize = 16;
 
 /// The kernel sizes each dump datagram from the largest receive buffer it has seen on the
-/// socket (capped at 32 KiB in netlink_recvmsg), so reading with a 32 KiB buffer gets about
-/// four times more links per datagram than NLMSG_GOODSIZE-sized reads would.
+/// socket (capped near 32 KiB in netlink_recvmsg) and otherwise uses NLMSG_GOODSIZE (about
+/// a page). With 32 KiB reads a dump of 2201 links (about 1.1 KiB each without stats) took
+/// 81 datagrams on 6.18, about 27 links each instead of 3.
 const RECV_BUF_START: usize = 32 * 1024;
 
 /// How often a dump is restarted when the kernel flags it inconsistent (NLM_F_DUMP_INTR:
