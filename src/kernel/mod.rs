@@ -5,7 +5,7 @@
 //! with netlink sockets opened inside each namespace; tests implement it with a fake that
 //! records calls and fails on demand.
 
-// pub mod netlink; (added by the netlink work)
+pub mod netlink;
 pub mod netns;
 pub mod sysfs;
 
@@ -137,6 +137,55 @@ pub struct RouteSpec {
     pub scope: Option<u8>,
 }
 
+/// A child interface to create (RTM_NEWLINK with NLM_F_CREATE | NLM_F_EXCL).
+#[derive(Debug, Clone)]
+pub struct NewLink<'a> {
+    /// The child's final name, applied at creation in `target_netns`.
+    pub name: String,
+    pub kind: LinkKind,
+    /// IFLA_LINK: the parent's ifindex in the namespace the request is sent in.
+    pub parent_index: u32,
+    /// Create the child directly in this namespace (IFLA_NET_NS_FD); None keeps it beside
+    /// the parent.
+    pub target_netns: Option<Ns<'a>>,
+    pub mtu: Option<u32>,
+    pub hwaddr: Option<Vec<u8>>,
+}
+
+/// What kind of child interface [`NewLink`] creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    Macvlan {
+        mode: MacvlanMode,
+    },
+    /// An IPoIB child (P_Key partition); unset fields keep the kernel's defaults.
+    Ipoib {
+        pkey: Option<u16>,
+        /// IPOIB_MODE_DATAGRAM = 0, IPOIB_MODE_CONNECTED = 1.
+        mode: Option<u16>,
+        umcast: Option<u16>,
+    },
+}
+
+impl LinkKind {
+    /// The IFLA_INFO_KIND string.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            LinkKind::Macvlan { .. } => "macvlan",
+            LinkKind::Ipoib { .. } => "ipoib",
+        }
+    }
+}
+
+/// IFLA_MACVLAN_MODE values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacvlanMode {
+    Private,
+    Vepa,
+    Bridge,
+    Passthru,
+}
+
 /// A kernel operation that failed, with the errno and the kernel's extended-ack text if any.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{op} on {target} in {netns} failed: {}{}", errno_text(*.errno), ext_ack_text(.ext_ack))]
@@ -210,6 +259,12 @@ pub trait NetOps {
     /// RTM_GETLINK dump of every link in the namespace.
     fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>>;
     /// One RTM_NEWLINK applying `change` to the link `index` in `ns`.
+    ///
+    /// The kernel applies the parts in a fixed order (netns move, MTU, name, then IFF_UP) and
+    /// stops at the first failure without undoing the earlier parts: after an error the link
+    /// may already be in the target namespace, still under its old name (e.g. EEXIST when
+    /// the new name is taken there). Callers that roll back must re-read the link. A move
+    /// keeps the ifindex unless the target namespace already uses it.
     fn set_link(&self, ns: Ns<'_>, index: u32, change: &LinkChange<'_>) -> KResult<()>;
     /// RTM_DELLINKPROP removing an alternative name (IFLA_ALT_IFNAME).
     fn del_altname(&self, ns: Ns<'_>, index: u32, altname: &str) -> KResult<()>;
@@ -223,4 +278,9 @@ pub trait NetOps {
     fn add_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()>;
     /// RTM_DELROUTE.
     fn del_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()>;
+    /// One RTM_NEWLINK creating a child of `spec.parent_index` (a link in `ns`), named and
+    /// placed in its final namespace by the same request.
+    fn create_link(&self, ns: Ns<'_>, spec: &NewLink<'_>) -> KResult<()>;
+    /// RTM_DELLINK.
+    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()>;
 }

@@ -1,0 +1,700 @@
+//! RealKernel against the running kernel. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for
+//! setns). Each test makes its own namespaces and veth pairs with names unique to this
+//! process and test, and a guard deletes them however the test ends. iproute2 is used only
+//! to build fixtures and to cross-check what the plugin's own requests did.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use ipnetwork::IpNetwork;
+use nix::errno::Errno;
+use rdma_ns::kernel::netlink::RealKernel;
+use rdma_ns::kernel::{
+    Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns, RouteSpec,
+};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("iproute2 `ip` is needed to build test fixtures");
+    assert!(
+        out.status.success(),
+        "ip {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Namespaces and host links of one test, removed on drop (deleting a namespace destroys
+/// the virtual links inside it; a veth pair goes when either end is deleted).
+struct Scratch {
+    id: String,
+    netns: Vec<String>,
+    host_links: Vec<String>,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Scratch {
+            id: format!("{:x}-{n}", std::process::id()),
+            netns: Vec::new(),
+            host_links: Vec::new(),
+        }
+    }
+
+    /// A name for a link, at most 15 bytes: `nl<pid hex>-<n><tag>`.
+    fn name(&self, tag: &str) -> String {
+        let name = format!("nl{}{tag}", self.id);
+        assert!(name.len() <= 15, "test link name {name} too long");
+        name
+    }
+
+    /// Creates a namespace and returns its name and an open handle.
+    fn netns(&mut self, tag: &str) -> (String, Netns) {
+        let name = format!("rdmans-nl-{}{tag}", self.id);
+        ip(&["netns", "add", &name]);
+        self.netns.push(name.clone());
+        let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+        (name, ns)
+    }
+
+    /// Creates a veth pair in the host namespace.
+    fn veth(&mut self, a: &str, b: &str) {
+        ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+        self.host_links.push(a.to_string());
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for link in &self.host_links {
+            let _ = Command::new("ip").args(["link", "del", link]).output();
+        }
+        for ns in &self.netns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+fn kernel() -> RealKernel {
+    RealKernel::new().expect("netlink socket (these tests run as root)")
+}
+
+fn host_link(k: &RealKernel, name: &str) -> Link {
+    k.link_by_name(Ns::Host, name)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{name} not found in host netns"))
+}
+
+fn net(s: &str) -> IpNetwork {
+    s.parse().unwrap()
+}
+
+#[test]
+fn move_rename_and_mtu_in_one_request_and_back() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let (_, pod) = s.netns("p");
+    let k = kernel();
+    let before = host_link(&k, &a);
+
+    k.set_link(
+        Ns::Host,
+        before.index,
+        &LinkChange {
+            netns: Some(Ns::Pod(&pod)),
+            name: Some("net1".into()),
+            mtu: Some(1300),
+            up: None,
+        },
+    )
+    .unwrap();
+
+    assert_eq!(k.link_by_name(Ns::Host, &a).unwrap(), None);
+    let moved = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
+    assert_eq!(moved.mtu, 1300);
+    assert_eq!(moved.hwaddr, before.hwaddr);
+    // The pod's namespace is new and its indexes are low, so there was no collision:
+    // the kernel kept the ifindex.
+    assert_eq!(moved.index, before.index);
+    assert_eq!(moved.kind.as_deref(), Some("veth"));
+
+    k.set_link(
+        Ns::Pod(&pod),
+        moved.index,
+        &LinkChange {
+            netns: Some(Ns::Host),
+            name: Some(a.clone()),
+            mtu: Some(1500),
+            up: None,
+        },
+    )
+    .unwrap();
+    let back = host_link(&k, &a);
+    assert_eq!((back.index, back.mtu), (before.index, 1500));
+    assert_eq!(k.link_by_name(Ns::Pod(&pod), "net1").unwrap(), None);
+}
+
+#[test]
+fn moved_link_gets_a_new_ifindex_when_the_target_uses_its_own() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let (pod_name, pod) = s.netns("p");
+    let k = kernel();
+    let before = host_link(&k, &a);
+    let taken = before.index.to_string();
+    ip(&[
+        "-n",
+        &pod_name,
+        "link",
+        "add",
+        "name",
+        "occupant",
+        "index",
+        &taken,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "occupant-peer",
+    ]);
+
+    k.set_link(
+        Ns::Host,
+        before.index,
+        &LinkChange {
+            netns: Some(Ns::Pod(&pod)),
+            name: Some("net1".into()),
+            ..LinkChange::default()
+        },
+    )
+    .unwrap();
+    let moved = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
+    assert_ne!(moved.index, before.index);
+    assert_eq!(moved.hwaddr, before.hwaddr);
+}
+
+#[test]
+fn a_move_whose_rename_fails_leaves_the_link_moved_under_its_old_name() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let (pod_name, pod) = s.netns("p");
+    ip(&[
+        "-n", &pod_name, "link", "add", "net1", "type", "veth", "peer", "name", "x",
+    ]);
+    let k = kernel();
+    let before = host_link(&k, &a);
+
+    let err = k
+        .set_link(
+            Ns::Host,
+            before.index,
+            &LinkChange {
+                netns: Some(Ns::Pod(&pod)),
+                name: Some("net1".into()),
+                mtu: Some(1300),
+                up: None,
+            },
+        )
+        .unwrap_err();
+    assert!(err.is_errno(Errno::EEXIST), "{err}");
+    // do_setlink moves first, then sets the MTU, then renames, and does not undo the move
+    // or the MTU when the rename fails.
+    assert_eq!(k.link_by_name(Ns::Host, &a).unwrap(), None);
+    let stranded = k.link_by_name(Ns::Pod(&pod), &a).unwrap().unwrap();
+    assert_eq!(stranded.index, before.index);
+    assert_eq!(stranded.mtu, 1300);
+    assert!(
+        err.target.contains(&format!("ifindex {}", before.index))
+            && err
+                .target
+                .contains("gone from host netns: probably already moved to netns /run/netns/"),
+        "{err}"
+    );
+    assert!(err.op.contains("rename to net1"), "{err}");
+}
+
+#[test]
+fn altnames_resolve_to_the_primary_name_travel_with_moves_and_can_be_deleted() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let short = s.name("alt");
+    let long = format!("{}-a-longer-alternative-name", s.name("x"));
+    ip(&["link", "property", "add", "dev", &a, "altname", &short]);
+    ip(&["link", "property", "add", "dev", &a, "altname", &long]);
+    let k = kernel();
+
+    let by_alt = k.link_by_name(Ns::Host, &short).unwrap().unwrap();
+    assert_eq!(by_alt.name, a);
+    assert_eq!(by_alt.altnames, vec![short.clone(), long.clone()]);
+    // Longer than IFNAMSIZ - 1: looked up through IFLA_ALT_IFNAME.
+    assert_eq!(k.link_by_name(Ns::Host, &long).unwrap().unwrap().name, a);
+
+    let (_, pod) = s.netns("p");
+    k.set_link(
+        Ns::Host,
+        by_alt.index,
+        &LinkChange {
+            netns: Some(Ns::Pod(&pod)),
+            name: Some("net1".into()),
+            ..LinkChange::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(k.link_by_name(Ns::Host, &short).unwrap(), None);
+    let moved = k.link_by_name(Ns::Pod(&pod), &short).unwrap().unwrap();
+    assert_eq!(moved.name, "net1");
+    assert_eq!(moved.altnames, vec![short.clone(), long.clone()]);
+
+    k.del_altname(Ns::Pod(&pod), moved.index, &short).unwrap();
+    assert_eq!(k.link_by_name(Ns::Pod(&pod), &short).unwrap(), None);
+    let after = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
+    assert_eq!(after.altnames, vec![long.clone()]);
+
+    let err = k
+        .del_altname(Ns::Pod(&pod), moved.index, &short)
+        .unwrap_err();
+    assert!(err.errno != 0, "{err}");
+    assert!(err.target.contains("net1"), "{err}");
+}
+
+#[test]
+fn up_and_down() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let k = kernel();
+    let link = host_link(&k, &a);
+    assert!(!link.up);
+    let up = LinkChange {
+        up: Some(true),
+        ..LinkChange::default()
+    };
+    k.set_link(Ns::Host, link.index, &up).unwrap();
+    assert!(host_link(&k, &a).up);
+    assert!(ip(&["-o", "link", "show", "dev", &a]).contains(",UP"));
+    let down = LinkChange {
+        up: Some(false),
+        ..LinkChange::default()
+    };
+    k.set_link(Ns::Host, link.index, &down).unwrap();
+    assert!(!host_link(&k, &a).up);
+}
+
+#[test]
+fn addresses_v4_and_v6_in_a_pod() {
+    let mut s = Scratch::new();
+    let (pod_name, pod) = s.netns("p");
+    ip(&[
+        "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+    ]);
+    ip(&["-n", &pod_name, "link", "set", "v1", "up"]);
+    let k = kernel();
+    let ns = Ns::Pod(&pod);
+    let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
+    k.set_link(
+        ns,
+        v0.index,
+        &LinkChange {
+            up: Some(true),
+            ..LinkChange::default()
+        },
+    )
+    .unwrap();
+
+    k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
+    k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
+    let addrs = k.addresses(ns, v0.index).unwrap();
+    assert!(addrs.contains(&net("10.1.2.3/24")), "{addrs:?}");
+    assert!(addrs.contains(&net("fd00::2/64")), "{addrs:?}");
+    // The dump is filtered to the asked link: v1's list has only its own link-local.
+    let v1 = k.link_by_name(ns, "v1").unwrap().unwrap();
+    let v1_addrs = k.addresses(ns, v1.index).unwrap();
+    assert!(!v1_addrs.contains(&net("10.1.2.3/24")), "{v1_addrs:?}");
+    assert!(!v1_addrs.contains(&net("fd00::2/64")), "{v1_addrs:?}");
+
+    // IFA_F_NODAD: usable at once, never "tentative", although the link has carrier.
+    let shown = ip(&["-n", &pod_name, "-6", "-o", "addr", "show", "dev", "v0"]);
+    let line = shown.lines().find(|l| l.contains("fd00::2/64")).unwrap();
+    assert!(!line.contains("tentative"), "{line}");
+
+    let again = k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap_err();
+    assert!(again.is_errno(Errno::EEXIST), "{again}");
+    assert!(
+        again.op.contains("10.1.2.3/24") && again.target.contains("v0"),
+        "{again}"
+    );
+
+    k.del_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
+    k.del_address(ns, v0.index, net("fd00::2/64")).unwrap();
+    let addrs = k.addresses(ns, v0.index).unwrap();
+    assert!(!addrs.contains(&net("10.1.2.3/24")), "{addrs:?}");
+    assert!(!addrs.contains(&net("fd00::2/64")), "{addrs:?}");
+    let gone = k.del_address(ns, v0.index, net("10.1.2.3/24")).unwrap_err();
+    assert!(gone.errno != 0, "{gone}");
+}
+
+#[test]
+fn routes_with_gateway_metric_mtu_and_table() {
+    let mut s = Scratch::new();
+    let (pod_name, pod) = s.netns("p");
+    ip(&[
+        "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+    ]);
+    ip(&["-n", &pod_name, "link", "set", "v1", "up"]);
+    ip(&["-n", &pod_name, "link", "set", "v0", "up"]);
+    let k = kernel();
+    let ns = Ns::Pod(&pod);
+    let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
+    k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
+    k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
+
+    let via = RouteSpec {
+        dst: net("10.9.0.0/16"),
+        gateway: Some("10.1.2.1".parse().unwrap()),
+        oif: v0.index,
+        metric: Some(100),
+        mtu: Some(1400),
+        table: None,
+        scope: None,
+    };
+    k.add_route(ns, &via).unwrap();
+    // `-d`: iproute2 hides "proto boot" otherwise.
+    let shown = ip(&["-n", &pod_name, "-d", "route", "show", "10.9.0.0/16"]);
+    for want in [
+        "via 10.1.2.1",
+        "dev v0",
+        "proto boot",
+        "scope global",
+        "metric 100",
+        "mtu 1400",
+    ] {
+        assert!(shown.contains(want), "{want} missing from {shown}");
+    }
+    let dup = k.add_route(ns, &via).unwrap_err();
+    assert!(dup.is_errno(Errno::EEXIST), "{dup}");
+
+    let onlink = RouteSpec {
+        dst: net("10.8.0.0/16"),
+        gateway: None,
+        oif: v0.index,
+        metric: None,
+        mtu: None,
+        table: Some(1000),
+        scope: None,
+    };
+    k.add_route(ns, &onlink).unwrap();
+    let shown = ip(&["-n", &pod_name, "-d", "route", "show", "table", "1000"]);
+    assert!(
+        shown.contains("10.8.0.0/16 dev v0 proto boot scope link"),
+        "{shown}"
+    );
+
+    let v6 = RouteSpec {
+        dst: net("fd01::/64"),
+        gateway: Some("fd00::1".parse().unwrap()),
+        oif: v0.index,
+        metric: None,
+        mtu: None,
+        table: None,
+        scope: None,
+    };
+    k.add_route(ns, &v6).unwrap();
+    assert!(ip(&["-n", &pod_name, "-6", "route", "show", "fd01::/64"]).contains("via fd00::1"));
+
+    for r in [&via, &onlink, &v6] {
+        k.del_route(ns, r).unwrap();
+    }
+    assert_eq!(ip(&["-n", &pod_name, "route", "show", "10.9.0.0/16"]), "");
+    assert_eq!(ip(&["-n", &pod_name, "route", "show", "table", "1000"]), "");
+    assert_eq!(
+        ip(&["-n", &pod_name, "-6", "route", "show", "fd01::/64"]),
+        ""
+    );
+}
+
+#[test]
+fn unreachable_gateway_reports_the_kernels_explanation() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let k = kernel();
+    let link = host_link(&k, &a);
+    let route = RouteSpec {
+        dst: net("10.99.0.0/16"),
+        gateway: Some("10.98.0.1".parse().unwrap()),
+        oif: link.index,
+        metric: None,
+        mtu: None,
+        table: None,
+        scope: None,
+    };
+    let err = k.add_route(Ns::Host, &route).unwrap_err();
+    assert_eq!(
+        err.ext_ack.as_deref(),
+        Some("Nexthop has invalid gateway"),
+        "{err}"
+    );
+    assert!(err.target.contains(&a), "{err}");
+    assert_eq!(err.netns, "host netns");
+    let text = err.to_string();
+    assert!(
+        text.contains("add route 10.99.0.0/16 via 10.98.0.1"),
+        "{text}"
+    );
+
+    let mixed = RouteSpec {
+        gateway: Some("fd00::1".parse().unwrap()),
+        ..route
+    };
+    assert!(k
+        .add_route(Ns::Host, &mixed)
+        .unwrap_err()
+        .is_errno(Errno::EINVAL));
+}
+
+#[test]
+fn link_dump_finds_a_link_by_hwaddr() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    let pid = std::process::id();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mac = format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        (pid >> 16) & 0xff,
+        (pid >> 8) & 0xff,
+        pid & 0xff,
+        n & 0xff,
+        0x5a
+    );
+    ip(&[
+        "link", "add", &a, "address", &mac, "type", "veth", "peer", "name", &b,
+    ]);
+    s.host_links.push(a.clone());
+    let k = kernel();
+    let links = k.links(Ns::Host).unwrap();
+    let found: Vec<&Link> = links.iter().filter(|l| l.hwaddr_string() == mac).collect();
+    assert_eq!(found.len(), 1, "{mac} in {links:?}");
+    assert_eq!(found[0].name, a);
+    assert!(links.iter().any(|l| l.name == "lo" && l.index == 1));
+}
+
+#[test]
+fn link_dump_of_more_than_two_thousand_links() {
+    let mut s = Scratch::new();
+    let (pod_name, pod) = s.netns("p");
+    let batch: String = (0..1100)
+        .map(|i| format!("link add v{i} type veth peer name p{i}\n"))
+        .collect();
+    let path = std::env::temp_dir().join(format!("rdmans-nl-{}.batch", s.id));
+    std::fs::write(&path, batch).unwrap();
+    let built = Command::new("ip")
+        .args(["-n", &pod_name, "-batch"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+
+    let k = kernel();
+    let links = k.links(Ns::Pod(&pod)).unwrap();
+    assert_eq!(links.len(), 2201);
+    let mut indexes: Vec<u32> = links.iter().map(|l| l.index).collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    assert_eq!(indexes.len(), 2201, "a link was reported twice");
+    let p1099 = links.iter().find(|l| l.name == "p1099").unwrap();
+    let v1099 = links.iter().find(|l| l.name == "v1099").unwrap();
+    assert_eq!(p1099.link, Some(v1099.index));
+}
+
+#[test]
+fn macvlan_child_created_in_the_pod_with_its_final_name() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let (_, pod) = s.netns("p");
+    let k = kernel();
+    let parent = host_link(&k, &a);
+    let mac = vec![0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+
+    k.create_link(
+        Ns::Host,
+        &NewLink {
+            name: "net1".into(),
+            kind: LinkKind::Macvlan {
+                mode: MacvlanMode::Bridge,
+            },
+            parent_index: parent.index,
+            target_netns: Some(Ns::Pod(&pod)),
+            mtu: Some(1400),
+            hwaddr: Some(mac.clone()),
+        },
+    )
+    .unwrap();
+    let child = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
+    assert_eq!(child.kind.as_deref(), Some("macvlan"));
+    assert_eq!(child.mtu, 1400);
+    assert_eq!(child.hwaddr, mac);
+    // IFLA_LINK names the parent by its ifindex in the host namespace.
+    assert_eq!(child.link, Some(parent.index));
+    assert_eq!(k.link_by_name(Ns::Host, "net1").unwrap(), None);
+
+    let dup = k
+        .create_link(
+            Ns::Host,
+            &NewLink {
+                name: "net1".into(),
+                kind: LinkKind::Macvlan {
+                    mode: MacvlanMode::Private,
+                },
+                parent_index: parent.index,
+                target_netns: Some(Ns::Pod(&pod)),
+                mtu: None,
+                hwaddr: None,
+            },
+        )
+        .unwrap_err();
+    assert!(dup.is_errno(Errno::EEXIST), "{dup}");
+    assert!(dup.target.contains(&a), "{dup}");
+
+    k.delete_link(Ns::Pod(&pod), child.index).unwrap();
+    assert_eq!(k.link_by_name(Ns::Pod(&pod), "net1").unwrap(), None);
+    let gone = k.delete_link(Ns::Pod(&pod), child.index).unwrap_err();
+    assert!(gone.is_errno(Errno::ENODEV), "{gone}");
+}
+
+#[test]
+fn ipoib_child_on_a_non_ib_parent_is_refused() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let k = kernel();
+    let parent = host_link(&k, &a);
+    let err = k
+        .create_link(
+            Ns::Host,
+            &NewLink {
+                name: s.name("ib"),
+                kind: LinkKind::Ipoib {
+                    pkey: Some(0x8001),
+                    mode: Some(1),
+                    umcast: Some(1),
+                },
+                parent_index: parent.index,
+                target_netns: None,
+                mtu: None,
+                hwaddr: None,
+            },
+        )
+        .unwrap_err();
+    // Without ib_ipoib the kernel knows no "ipoib" kind; with it, a veth is no IPoIB parent.
+    assert!(err.errno != 0, "{err}");
+    assert!(err.op.starts_with("create ipoib link"), "{err}");
+    assert!(err.target.contains(&a), "{err}");
+    assert_eq!(k.link_by_name(Ns::Host, &s.name("ib")).unwrap(), None);
+}
+
+#[test]
+fn lookup_misses_and_refusals() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let k = kernel();
+    assert_eq!(k.link_by_name(Ns::Host, &s.name("none")).unwrap(), None);
+    assert_eq!(k.link_by_index(Ns::Host, 0).unwrap(), None);
+    assert_eq!(k.link_by_index(Ns::Host, 0x7fff_fff0).unwrap(), None);
+    let link = host_link(&k, &a);
+    assert_eq!(
+        k.link_by_index(Ns::Host, link.index).unwrap().unwrap().name,
+        a
+    );
+
+    // Rename onto the veth's own peer: the kernel answers EEXIST (with no extended-ack
+    // text on 6.18: dev_change_name sets none).
+    let err = k
+        .set_link(
+            Ns::Host,
+            link.index,
+            &LinkChange {
+                name: Some(b.clone()),
+                ..LinkChange::default()
+            },
+        )
+        .unwrap_err();
+    assert!(err.is_errno(Errno::EEXIST), "{err}");
+    assert!(
+        err.target
+            .contains(&format!("{a} (ifindex {})", link.index)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("File exists"), "{err}");
+
+    let err = k
+        .set_link(
+            Ns::Host,
+            link.index,
+            &LinkChange {
+                mtu: Some(70000),
+                ..LinkChange::default()
+            },
+        )
+        .unwrap_err();
+    assert!(err.is_errno(Errno::EINVAL), "{err}");
+    assert_eq!(
+        err.ext_ack.as_deref(),
+        Some("mtu greater than device maximum")
+    );
+
+    let err = k
+        .set_link(
+            Ns::Host,
+            0x7fff_fff0,
+            &LinkChange {
+                up: Some(true),
+                ..LinkChange::default()
+            },
+        )
+        .unwrap_err();
+    assert!(err.is_errno(Errno::ENODEV), "{err}");
+    assert!(err.target.contains("ifindex 2147483632"), "{err}");
+
+    let bad = k.link_by_name(Ns::Host, "eth0\0x").unwrap_err();
+    assert!(bad.is_errno(Errno::EINVAL), "{bad}");
+}
+
+#[test]
+fn pod_requests_act_in_the_pod_whichever_handle_names_it() {
+    let mut s = Scratch::new();
+    let (pod_name, pod) = s.netns("p");
+    let again = Netns::open(Path::new(&format!("/run/netns/{pod_name}"))).unwrap();
+    ip(&[
+        "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+    ]);
+    let k = kernel();
+    let one = k.link_by_name(Ns::Pod(&pod), "v0").unwrap().unwrap();
+    let two = k.link_by_name(Ns::Pod(&again), "v0").unwrap().unwrap();
+    assert_eq!(one, two);
+    let mut names: Vec<String> = k
+        .links(Ns::Pod(&pod))
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["lo", "v0", "v1"]);
+}
