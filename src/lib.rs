@@ -4,7 +4,10 @@
 //! request into steps with undo; [`kernel`] talks to netlink, netns and sysfs and knows
 //! nothing about CNI.
 
+pub mod attach;
 pub mod cni;
 pub mod error;
 pub mod kernel;
 pub mod log;
+#[cfg(test)]
+pub(crate) mod testutil;

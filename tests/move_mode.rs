@@ -29,7 +29,10 @@ fn assert_back_in_host(nic: &str, mtu: u64) {
     let link = host_link(nic).unwrap_or_else(|| panic!("{nic} is not back in the host"));
     assert_eq!(link["mtu"], mtu, "{link}");
     let flags = link["flags"].as_array().unwrap();
-    assert!(!flags.iter().any(|f| f == "UP"), "admin down after DEL: {link}");
+    assert!(
+        !flags.iter().any(|f| f == "UP"),
+        "admin down after DEL: {link}"
+    );
 }
 
 #[test]
@@ -75,9 +78,13 @@ fn add_check_del_in_every_cni_version() {
         let mut with_prev = conf.clone();
         with_prev["prevResult"] = result.clone();
         if version != "0.3.0" && version != "0.3.1" {
-            Call::new("CHECK", "ctr1", &ns.path(), "net1").run(&with_prev).ok();
+            Call::new("CHECK", "ctr1", &ns.path(), "net1")
+                .run(&with_prev)
+                .ok();
         }
-        Call::new("DEL", "ctr1", &ns.path(), "net1").run(&with_prev).ok();
+        Call::new("DEL", "ctr1", &ns.path(), "net1")
+            .run(&with_prev)
+            .ok();
         assert_back_in_host(&veth.nic, 1500);
         assert!(ns.link("net1").is_none());
         assert!(data.records().is_empty(), "{version}: {:?}", data.records());
@@ -86,7 +93,10 @@ fn add_check_del_in_every_cni_version() {
 
 impl Veth {
     fn mac_in(&self, ns: &TestNetns) -> String {
-        ns.link("net1").unwrap()["address"].as_str().unwrap().to_string()
+        ns.link("net1").unwrap()["address"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 }
 
@@ -102,7 +112,10 @@ fn without_ipam_the_device_moves_and_gets_no_address() {
     assert!(result.get("ips").is_none() || result["ips"].as_array().unwrap().is_empty());
     assert!(ns.addrs("eth0").is_empty());
     let link = ns.link("eth0").unwrap();
-    assert!(link["flags"].as_array().unwrap().iter().any(|f| f == "UP"), "{link}");
+    assert!(
+        link["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
+        "{link}"
+    );
     Call::new("DEL", "ctr2", "", "eth0").run(&conf).ok();
     assert_back_in_host(&veth.nic, 1500);
 }
@@ -122,7 +135,10 @@ fn static_ipam_addresses_gateway_and_routes_are_applied() {
     addrs.sort();
     assert_eq!(addrs, vec!["10.78.0.2/24", "fd00:78::2/64"]);
     let routes = sh(&["ip", "-n", &ns.name, "route", "show"]);
-    assert!(routes.contains("10.200.0.0/16 via 10.78.0.1 dev net1"), "{routes}");
+    assert!(
+        routes.contains("10.200.0.0/16 via 10.78.0.1 dev net1"),
+        "{routes}"
+    );
     assert!(routes.contains("10.201.0.0/16 dev net1"), "{routes}");
     Call::new("DEL", "ctr3", &ns.path(), "net1").run(&conf).ok();
     assert_back_in_host(&veth.nic, 1500);
@@ -136,12 +152,16 @@ fn selection_by_hwaddr_pci_aux_and_kernelpath() {
     sys.add_pci("0000:3b:00.2", &[&b.nic]);
     sys.add_aux("mlx5_core.sf.4", &c.nic);
     let kpath = sys.add_pci("0000:3b:00.3", &[&d.nic]);
-    let base = json!({"cniVersion": "1.1.0", "name": "sel", "type": "rdma-ns", "dataDir": data.str()});
+    let base =
+        json!({"cniVersion": "1.1.0", "name": "sel", "type": "rdma-ns", "dataDir": data.state()});
     let cases: Vec<(&Veth, Value)> = vec![
         (&a, json!({"hwaddr": a.mac().to_uppercase()})),
         (&b, json!({"pciBusID": "0000:3b:00.2"})),
         (&b, json!({"deviceID": "3b:00.2"})),
-        (&b, json!({"runtimeConfig": {"deviceID": "0000:3b:00.2"}, "device": "ignored-static"})),
+        (
+            &b,
+            json!({"runtimeConfig": {"deviceID": "0000:3b:00.2"}, "device": "ignored-static"}),
+        ),
         (&c, json!({"deviceID": "mlx5_core.sf.4"})),
         (&d, json!({"kernelpath": kpath})),
     ];
@@ -152,14 +172,23 @@ fn selection_by_hwaddr_pci_aux_and_kernelpath() {
             conf[k] = v.clone();
         }
         let (k, v) = sys.env();
-        let out = Call::new("ADD", "sel1", &ns.path(), "net1").env(&k, &v).run(&conf);
+        let out = Call::new("ADD", "sel1", &ns.path(), "net1")
+            .env(&k, &v)
+            .run(&conf);
         out.ok();
         assert!(host_link(&veth.nic).is_none(), "{sel}: {} moved", veth.nic);
         let result = out.json();
         if sel.get("pciBusID").is_some() {
-            assert_eq!(result["interfaces"][0].get("pciID"), None, "a veth has no PCI parent");
+            assert_eq!(
+                result["interfaces"][0].get("pciID"),
+                None,
+                "a veth has no PCI parent"
+            );
         }
-        Call::new("DEL", "sel1", &ns.path(), "net1").env(&k, &v).run(&conf).ok();
+        Call::new("DEL", "sel1", &ns.path(), "net1")
+            .env(&k, &v)
+            .run(&conf)
+            .ok();
         assert!(host_link(&veth.nic).is_some(), "{sel}: back");
     }
 }
@@ -172,16 +201,28 @@ fn zero_or_several_matches_name_the_selector_and_candidates() {
     sys.add_pci("0000:5e:00.0", &[&a.nic, &b.nic]);
     let ns = TestNetns::new();
     let (k, v) = sys.env();
-    let conf = json!({"cniVersion": "1.0.0", "name": "sel", "type": "rdma-ns", "dataDir": data.str(),
+    let conf = json!({"cniVersion": "1.0.0", "name": "sel", "type": "rdma-ns", "dataDir": data.state(),
                       "pciBusID": "0000:5e:00.0"});
-    let msg = Call::new("ADD", "amb", &ns.path(), "net1").env(&k, &v).run(&conf).err(101);
-    assert!(msg.contains(&a.nic) && msg.contains(&b.nic) && msg.contains("pciBusID=0000:5e:00.0"), "{msg}");
+    let msg = Call::new("ADD", "amb", &ns.path(), "net1")
+        .env(&k, &v)
+        .run(&conf)
+        .err(101);
+    assert!(
+        msg.contains(&a.nic) && msg.contains(&b.nic) && msg.contains("pciBusID=0000:5e:00.0"),
+        "{msg}"
+    );
     let conf = move_conf("1.0.0", "sel", "rn-nonexistent", &data);
-    let msg = Call::new("ADD", "amb", &ns.path(), "net1").run(&conf).err(100);
+    let msg = Call::new("ADD", "amb", &ns.path(), "net1")
+        .run(&conf)
+        .err(100);
     assert!(msg.contains("device=rn-nonexistent"), "{msg}");
-    let mut conf = json!({"cniVersion": "1.0.0", "name": "sel", "type": "rdma-ns", "dataDir": data.str()});
+    let mut conf =
+        json!({"cniVersion": "1.0.0", "name": "sel", "type": "rdma-ns", "dataDir": data.state()});
     conf["pciBusID"] = json!("0000:99:00.0");
-    let msg = Call::new("ADD", "amb", &ns.path(), "net1").env(&k, &v).run(&conf).err(100);
+    let msg = Call::new("ADD", "amb", &ns.path(), "net1")
+        .env(&k, &v)
+        .run(&conf)
+        .err(100);
     assert!(msg.contains("0000:99:00.0"), "{msg}");
     assert!(host_link(&a.nic).is_some() && host_link(&b.nic).is_some());
 }
@@ -191,13 +232,21 @@ fn an_ifname_taken_in_the_pod_moves_nothing() {
     let ns = TestNetns::new();
     let veth = Veth::new();
     let data = DataDir::new();
-    sh(&["ip", "-n", &ns.name, "link", "add", "net1", "type", "veth", "peer", "name", "other"]);
+    sh(&[
+        "ip", "-n", &ns.name, "link", "add", "net1", "type", "veth", "peer", "name", "other",
+    ]);
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = test_ipam(&data, "10.79.0.2/24");
-    let msg = Call::new("ADD", "taken", &ns.path(), "net1").run(&conf).err(103);
+    let msg = Call::new("ADD", "taken", &ns.path(), "net1")
+        .run(&conf)
+        .err(103);
     assert!(msg.contains("net1"), "{msg}");
     assert!(host_link(&veth.nic).is_some());
-    assert!(ipam_log(&data).is_empty(), "IPAM not even asked: {:?}", ipam_log(&data));
+    assert!(
+        ipam_log(&data).is_empty(),
+        "IPAM not even asked: {:?}",
+        ipam_log(&data)
+    );
     assert!(data.records().is_empty());
 }
 
@@ -207,7 +256,17 @@ fn a_host_device_named_like_the_pod_interface_is_never_mistaken_for_it() {
     let veth = Veth::new();
     let data = DataDir::new();
     let clash = unique("rnc");
-    sh(&["ip", "link", "add", &clash, "type", "veth", "peer", "name", &format!("{clash}p")]);
+    sh(&[
+        "ip",
+        "link",
+        "add",
+        &clash,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &format!("{clash}p"),
+    ]);
     let clash_mac = host_link(&clash).unwrap()["address"].clone();
     let mut conf = move_conf("1.1.0", "rnet", &veth.nic, &data);
     conf["ipam"] = test_ipam(&data, "10.80.0.2/24");
@@ -215,12 +274,22 @@ fn a_host_device_named_like_the_pod_interface_is_never_mistaken_for_it() {
     add.ok();
     let mut with_prev = conf.clone();
     with_prev["prevResult"] = add.json();
-    Call::new("CHECK", "same", &ns.path(), &clash).run(&with_prev).ok();
+    Call::new("CHECK", "same", &ns.path(), &clash)
+        .run(&with_prev)
+        .ok();
     sh(&["ip", "-n", &ns.name, "addr", "flush", "dev", &clash]);
-    let msg = Call::new("CHECK", "same", &ns.path(), &clash).run(&with_prev).err(108);
+    let msg = Call::new("CHECK", "same", &ns.path(), &clash)
+        .run(&with_prev)
+        .err(108);
     assert!(msg.contains("10.80.0.2/24"), "{msg}");
-    Call::new("DEL", "same", &ns.path(), &clash).run(&with_prev).ok();
-    assert_eq!(host_link(&clash).unwrap()["address"], clash_mac, "host device untouched");
+    Call::new("DEL", "same", &ns.path(), &clash)
+        .run(&with_prev)
+        .ok();
+    assert_eq!(
+        host_link(&clash).unwrap()["address"],
+        clash_mac,
+        "host device untouched"
+    );
     assert_back_in_host(&veth.nic, 1500);
     sh(&["ip", "link", "del", &clash]);
 }
@@ -240,7 +309,11 @@ fn del_after_the_pod_netns_was_deleted_and_repeated_dels_succeed() {
         Call::new("DEL", "gone", netns, "eth0").run(&conf).ok();
     }
     assert!(data.records().is_empty());
-    assert_eq!(ipam_log(&data), vec!["ADD", "DEL", "DEL", "DEL"], "IPAM DEL always runs");
+    assert_eq!(
+        ipam_log(&data),
+        vec!["ADD", "DEL", "DEL", "DEL"],
+        "IPAM DEL always runs"
+    );
 }
 
 #[test]
@@ -250,9 +323,13 @@ fn del_three_times_without_prev_result() {
     let data = DataDir::new();
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = host_local(&data, "10.82.0.0/24");
-    Call::new("ADD", "thrice", &ns.path(), "net1").run(&conf).ok();
+    Call::new("ADD", "thrice", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
     for _ in 0..3 {
-        Call::new("DEL", "thrice", &ns.path(), "net1").run(&conf).ok();
+        Call::new("DEL", "thrice", &ns.path(), "net1")
+            .run(&conf)
+            .ok();
     }
     assert_back_in_host(&veth.nic, 1500);
     let leases: Vec<_> = std::fs::read_dir(data.path().join("host-local/rnet"))
@@ -261,7 +338,10 @@ fn del_three_times_without_prev_result() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("10."))
         .collect();
-    assert!(leases.is_empty(), "host-local released the address: {leases:?}");
+    assert!(
+        leases.is_empty(),
+        "host-local released the address: {leases:?}"
+    );
 }
 
 #[test]
@@ -270,8 +350,19 @@ fn a_failed_add_at_each_step_leaves_the_host_exactly_as_before() {
     sh(&["ip", "link", "set", &veth.nic, "mtu", "1400", "up"]);
     sh(&["ip", "addr", "add", "192.0.2.10/24", "dev", &veth.nic]);
     let before = host_view(&veth.nic);
-    assert!(before.up && before.addrs == vec!["192.0.2.10/24"], "{before:?}");
-    for step in ["state-intent", "ipam", "move", "addresses", "up", "routes", "state"] {
+    assert!(
+        before.up && before.addrs == vec!["192.0.2.10/24"],
+        "{before:?}"
+    );
+    for step in [
+        "state-intent",
+        "ipam",
+        "move",
+        "addresses",
+        "up",
+        "routes",
+        "state",
+    ] {
         let ns = TestNetns::new();
         let data = DataDir::new();
         let mut conf = move_conf("1.1.0", "rnet", &veth.nic, &data);
@@ -286,7 +377,11 @@ fn a_failed_add_at_each_step_leaves_the_host_exactly_as_before() {
         assert_eq!(host_view(&veth.nic), before, "after failing at {step}");
         assert!(ns.link("net1").is_none(), "{step}: nothing left in the pod");
         assert!(data.records().is_empty(), "{step}: no record left");
-        let expected: Vec<&str> = if step == "state-intent" { vec![] } else { vec!["ADD", "DEL"] };
+        let expected: Vec<&str> = if step == "state-intent" {
+            vec![]
+        } else {
+            vec!["ADD", "DEL"]
+        };
         assert_eq!(ipam_log(&data), expected, "{step}");
     }
 }
@@ -300,8 +395,13 @@ fn a_kernel_refusal_mid_add_rolls_back_with_code_105() {
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = json!({"type": "static", "addresses": [{"address": "10.84.0.2/24"}],
                           "routes": [{"dst": "10.220.0.0/16", "gw": "10.99.99.1"}]});
-    let msg = Call::new("ADD", "refuse", &ns.path(), "net1").run(&conf).err(105);
-    assert!(msg.contains("10.220.0.0/16") && msg.contains("unreachable"), "{msg}");
+    let msg = Call::new("ADD", "refuse", &ns.path(), "net1")
+        .run(&conf)
+        .err(105);
+    assert!(
+        msg.contains("10.220.0.0/16") && msg.contains("unreachable"),
+        "{msg}"
+    );
     assert_eq!(host_view(&veth.nic), before);
     assert!(data.records().is_empty());
 }
@@ -325,7 +425,10 @@ fn thirty_two_parallel_adds_and_dels_on_distinct_devices() {
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
         })
     };
     for out in run_all("ADD") {
@@ -352,7 +455,9 @@ fn a_lingering_altname_does_not_block_the_rename_back() {
     let conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     Call::new("ADD", "alt", &ns.path(), "net1").run(&conf).ok();
     // What some udev setups leave behind (sriov-cni #445): the old name as an altname.
-    sh(&["ip", "-n", &ns.name, "link", "property", "add", "dev", "net1", "altname", &veth.nic]);
+    sh(&[
+        "ip", "-n", &ns.name, "link", "property", "add", "dev", "net1", "altname", &veth.nic,
+    ]);
     Call::new("DEL", "alt", &ns.path(), "net1").run(&conf).ok();
     let link = host_link(&veth.nic).expect("back under its name");
     assert_eq!(link["ifname"], veth.nic.as_str());
@@ -389,7 +494,9 @@ fn every_error_code_is_reachable_and_well_formed() {
     c["mtu"] = json!(20);
     let msg = call("ADD").run(&c).err(7);
     assert!(msg.contains("mtu"), "{msg}");
-    let msg = Call::new("ADD", "codes", "/etc/hostname", "net1").run(&good).err(104);
+    let msg = Call::new("ADD", "codes", "/etc/hostname", "net1")
+        .run(&good)
+        .err(104);
     assert!(msg.contains("/etc/hostname"), "{msg}");
     let mut c = good.clone();
     c["ipam"] = json!({"type": "no-such-ipam"});
@@ -400,7 +507,7 @@ fn every_error_code_is_reachable_and_well_formed() {
     // 11: another invocation holds the device lock.
     let mut c = good.clone();
     c["lockTimeoutMs"] = json!(200);
-    let lock_dir = data.path().join("locks");
+    let lock_dir = data.path().join("state/locks");
     std::fs::create_dir_all(&lock_dir).unwrap();
     let lock = lock_dir.join(format!("mac-{}.lock", veth.mac()));
     let mut holder = std::process::Command::new("flock")
@@ -416,13 +523,18 @@ fn every_error_code_is_reachable_and_well_formed() {
     // 102: held by another live attachment; 3: CHECK once the netns is gone; 106: corrupt record.
     call("ADD").run(&good).ok();
     let other = TestNetns::new();
-    let msg = Call::new("ADD", "thief", &other.path(), "net1").run(&good).err(102);
+    let msg = Call::new("ADD", "thief", &other.path(), "net1")
+        .run(&good)
+        .err(102);
     assert!(msg.contains("codes"), "names the holder: {msg}");
     let record = data.records().pop().unwrap();
     let saved = std::fs::read(&record).unwrap();
     std::fs::write(&record, b"{").unwrap();
     let msg = call("DEL").run(&good).err(106);
-    assert!(msg.contains(record.file_name().unwrap().to_str().unwrap()), "{msg}");
+    assert!(
+        msg.contains(record.file_name().unwrap().to_str().unwrap()),
+        "{msg}"
+    );
     std::fs::write(&record, saved).unwrap();
     call("DEL").run(&good).ok();
     call("ADD").run(&good).ok();
@@ -436,7 +548,7 @@ fn every_error_code_is_reachable_and_well_formed() {
 fn status_and_gc() {
     let data = DataDir::new();
     let mut conf = json!({"cniVersion": "1.1.0", "name": "gcnet", "type": "rdma-ns",
-                          "dataDir": data.str(), "ipam": test_ipam(&data, "10.86.0.2/24")});
+                          "dataDir": data.state(), "ipam": test_ipam(&data, "10.86.0.2/24")});
     Call::new("STATUS", "", "", "").run(&conf).ok();
     let mut unwritable = conf.clone();
     unwritable["dataDir"] = json!("/proc/rdma-ns");
@@ -466,9 +578,15 @@ fn version_about_cni_args_and_runtime_config_spellings() {
     out.ok();
     let v = out.json();
     assert_eq!(v["cniVersion"], "1.0.0");
-    assert_eq!(v["supportedVersions"], json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
+    assert_eq!(
+        v["supportedVersions"],
+        json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+    );
 
-    let about = std::process::Command::new(PLUGIN).env_clear().output().unwrap();
+    let about = std::process::Command::new(PLUGIN)
+        .env_clear()
+        .output()
+        .unwrap();
     assert!(about.status.success());
     assert!(about.stdout.is_empty(), "stdout is only for CNI JSON");
     let text = String::from_utf8_lossy(&about.stderr);
@@ -478,13 +596,17 @@ fn version_about_cni_args_and_runtime_config_spellings() {
     let veth = Veth::new();
     let data = DataDir::new();
     let mut conf = move_conf("1.0.0", "args", &veth.nic, &data);
-    conf["runtimeConfig"] = json!({"PortMappings": [], "io.kubernetes.cri.pod-annotations": {}, "Dns": {}});
+    conf["runtimeConfig"] =
+        json!({"PortMappings": [], "io.kubernetes.cri.pod-annotations": {}, "Dns": {}});
     conf["logFile"] = json!(format!("{}/plugin.log", data.str()));
     conf["logLevel"] = json!("debug");
     let mut call = Call::new("ADD", "args", &ns.path(), "net1");
     call.args = "FOO=bar".into();
     let msg = call.run(&conf).err(2);
-    assert!(msg.contains("FOO") && msg.contains("IgnoreUnknown"), "{msg}");
+    assert!(
+        msg.contains("FOO") && msg.contains("IgnoreUnknown"),
+        "{msg}"
+    );
     call.args = "IgnoreUnknown=True;K8S_POD_NAME=p;FOO=bar".into();
     call.run(&conf).ok();
     let log = std::fs::read_to_string(data.path().join("plugin.log")).unwrap();

@@ -91,7 +91,12 @@ impl PluginConf {
 /// `runtimeConfig.deviceID`, then top-level `deviceID`, then `pciBusID`. Among the static
 /// ones exactly one may be given.
 pub fn selector(conf: &NetConf) -> Result<Selector> {
-    if let Some(id) = conf.runtime_config.device_id.as_deref().filter(|s| !s.is_empty()) {
+    if let Some(id) = conf
+        .runtime_config
+        .device_id
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
         return Selector::from_device_id("runtimeConfig.deviceID", id);
     }
     if let Some(id) = conf.raw_str("deviceID")?.filter(|s| !s.is_empty()) {
@@ -99,7 +104,10 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
     }
     if let Some(id) = conf.raw_str("pciBusID")?.filter(|s| !s.is_empty()) {
         let address = normalize_pci(&id).ok_or_else(|| {
-            Error::config("pciBusID", format!("{id:?} is not a PCI address like 0000:3b:00.2"))
+            Error::config(
+                "pciBusID",
+                format!("{id:?} is not a PCI address like 0000:3b:00.2"),
+            )
         })?;
         return Ok(Selector::Pci {
             field: "pciBusID",
@@ -120,14 +128,22 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
         )),
         [(field, value)] => match *field {
             "device" => {
-                if value.len() > 15 || value.contains(['/', ':']) || value.contains(char::is_whitespace)
+                if value.len() > 15
+                    || value.contains(['/', ':'])
+                    || value.contains(char::is_whitespace)
                 {
-                    return Err(Error::config("device", format!("{value:?} is not a valid netdev name")));
+                    return Err(Error::config(
+                        "device",
+                        format!("{value:?} is not a valid netdev name"),
+                    ));
                 }
                 Ok(Selector::Name(value.clone()))
             }
             "hwaddr" => parse_hwaddr(value).map(Selector::HwAddr).ok_or_else(|| {
-                Error::config("hwaddr", format!("{value:?} is not a hardware address like 02:00:00:00:00:01"))
+                Error::config(
+                    "hwaddr",
+                    format!("{value:?} is not a hardware address like 02:00:00:00:00:01"),
+                )
             }),
             _ => {
                 if !value.starts_with("/sys/") || value.contains("/../") || value.ends_with("/..") {
@@ -143,7 +159,11 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
             several[0].0,
             format!(
                 "give only one of device, hwaddr, kernelpath; got {}",
-                several.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(", ")
+                several
+                    .iter()
+                    .map(|(f, v)| format!("{f}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )),
     }

@@ -14,7 +14,7 @@ use crate::attach::IpamOps;
 use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
-use crate::kernel::{KResult, KernelError, Link, LinkChange, NetOps, Ns, RouteSpec};
+use crate::kernel::{KResult, KernelError, Link, LinkChange, NetOps, NewLink, Ns, RouteSpec};
 
 pub fn ns_key(ns: Ns<'_>) -> String {
     match ns {
@@ -31,6 +31,9 @@ pub struct FakeState {
     pub routes: Vec<(String, RouteSpec)>,
     pub calls: Vec<String>,
     pub fail: Vec<(String, i32)>,
+    /// set_link calls matching this apply the netns move and MTU, then fail the rename with
+    /// EEXIST, as the kernel does when the new name is taken in the target netns.
+    pub partial_rename_failure: Option<String>,
 }
 
 #[derive(Default)]
@@ -47,7 +50,10 @@ impl FakeKernel {
 
     /// Every call whose log line contains `pattern` fails with `errno`.
     pub fn fail_on(&self, pattern: &str, errno: nix::errno::Errno) {
-        self.state.borrow_mut().fail.push((pattern.to_string(), errno as i32));
+        self.state
+            .borrow_mut()
+            .fail
+            .push((pattern.to_string(), errno as i32));
     }
 
     pub fn calls(&self) -> Vec<String> {
@@ -65,7 +71,12 @@ impl FakeKernel {
     }
 
     pub fn addrs_of(&self, index: u32) -> Vec<IpNetwork> {
-        self.state.borrow().addrs.get(&index).cloned().unwrap_or_default()
+        self.state
+            .borrow()
+            .addrs
+            .get(&index)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn record(&self, line: String, ns: Ns<'_>, target: &str) -> KResult<()> {
@@ -89,7 +100,8 @@ impl NetOps for FakeKernel {
         self.record(format!("link_by_name {} {name}", ns_key(ns)), ns, name)?;
         let key = ns_key(ns);
         Ok(self.state.borrow().links.iter().find_map(|(k, l)| {
-            (k == &key && (l.name == name || l.altnames.iter().any(|a| a == name))).then(|| l.clone())
+            (k == &key && (l.name == name || l.altnames.iter().any(|a| a == name)))
+                .then(|| l.clone())
         }))
     }
 
@@ -121,8 +133,13 @@ impl NetOps for FakeKernel {
         let line = format!(
             "set_link {} {index}{}{}{}{}",
             ns_key(ns),
-            c.netns.map(|n| format!(" netns={}", ns_key(n))).unwrap_or_default(),
-            c.name.as_ref().map(|n| format!(" name={n}")).unwrap_or_default(),
+            c.netns
+                .map(|n| format!(" netns={}", ns_key(n)))
+                .unwrap_or_default(),
+            c.name
+                .as_ref()
+                .map(|n| format!(" name={n}"))
+                .unwrap_or_default(),
             c.mtu.map(|m| format!(" mtu={m}")).unwrap_or_default(),
             c.up.map(|u| format!(" up={u}")).unwrap_or_default(),
         );
@@ -135,10 +152,31 @@ impl NetOps for FakeKernel {
             .iter()
             .position(|(k, l)| k == &key && l.index == index)
             .ok_or_else(|| KernelError::new(line.clone(), "", ns, nix::libc::ENODEV))?;
-        let new_name = c.name.clone().unwrap_or_else(|| st.links[pos].1.name.clone());
+        if st
+            .partial_rename_failure
+            .as_ref()
+            .is_some_and(|p| line.contains(p.as_str()))
+        {
+            let entry = &mut st.links[pos];
+            entry.0 = target_ns;
+            entry.1.up = false;
+            if let Some(m) = c.mtu {
+                entry.1.mtu = m;
+            }
+            st.addrs.remove(&index);
+            return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
+        }
+        let new_name = c
+            .name
+            .clone()
+            .unwrap_or_else(|| st.links[pos].1.name.clone());
         let moving = target_ns != key;
         let clash = Self::name_taken(&st, &target_ns, &new_name, index)
-            || st.links[pos].1.altnames.iter().any(|a| a == &new_name && a != &st.links[pos].1.name)
+            || st.links[pos]
+                .1
+                .altnames
+                .iter()
+                .any(|a| a == &new_name && a != &st.links[pos].1.name)
                 && c.name.is_some();
         if clash {
             return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
@@ -162,7 +200,11 @@ impl NetOps for FakeKernel {
     }
 
     fn del_altname(&self, ns: Ns<'_>, index: u32, altname: &str) -> KResult<()> {
-        self.record(format!("del_altname {} {index} {altname}", ns_key(ns)), ns, "")?;
+        self.record(
+            format!("del_altname {} {index} {altname}", ns_key(ns)),
+            ns,
+            "",
+        )?;
         let key = ns_key(ns);
         let mut st = self.state.borrow_mut();
         for (k, l) in st.links.iter_mut() {
@@ -199,7 +241,10 @@ impl NetOps for FakeKernel {
 
     fn add_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
         self.record(format!("add_route {} {}", ns_key(ns), route.dst), ns, "")?;
-        self.state.borrow_mut().routes.push((ns_key(ns), route.clone()));
+        self.state
+            .borrow_mut()
+            .routes
+            .push((ns_key(ns), route.clone()));
         Ok(())
     }
 
@@ -210,6 +255,57 @@ impl NetOps for FakeKernel {
             .borrow_mut()
             .routes
             .retain(|(k, r)| !(k == &key && r == route));
+        Ok(())
+    }
+
+    fn create_link(&self, ns: Ns<'_>, spec: &NewLink<'_>) -> KResult<()> {
+        self.record(
+            format!(
+                "create_link {} {} parent={}",
+                ns_key(ns),
+                spec.name,
+                spec.parent_index
+            ),
+            ns,
+            &spec.name,
+        )?;
+        let target = spec.target_netns.map(ns_key).unwrap_or_else(|| ns_key(ns));
+        let mut st = self.state.borrow_mut();
+        if Self::name_taken(&st, &target, &spec.name, 0) {
+            return Err(KernelError::new(
+                "create_link",
+                &spec.name,
+                ns,
+                nix::libc::EEXIST,
+            ));
+        }
+        let index = st.links.iter().map(|(_, l)| l.index).max().unwrap_or(0) + 1;
+        st.links.push((
+            target,
+            Link {
+                index,
+                name: spec.name.clone(),
+                mtu: spec.mtu.unwrap_or(1500),
+                hwaddr: spec
+                    .hwaddr
+                    .clone()
+                    .unwrap_or_else(|| vec![2, 0, 0, 0, 1, index as u8]),
+                link: Some(spec.parent_index),
+                ..Default::default()
+            },
+        ));
+        Ok(())
+    }
+
+    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
+        self.record(format!("delete_link {} {index}", ns_key(ns)), ns, "")?;
+        let key = ns_key(ns);
+        let mut st = self.state.borrow_mut();
+        let before = st.links.len();
+        st.links.retain(|(k, l)| !(k == &key && l.index == index));
+        if st.links.len() == before {
+            return Err(KernelError::new("delete_link", "", ns, nix::libc::ENODEV));
+        }
         Ok(())
     }
 }

@@ -97,7 +97,11 @@ pub fn open_netns(path: Option<&Path>) -> Result<Netns> {
 pub struct RdmaNs;
 
 impl RdmaNs {
-    fn with_ctx<T>(&self, req: &Request, f: impl FnOnce(&Ctx<'_>, &PluginConf) -> Result<T>) -> Result<T> {
+    fn with_ctx<T>(
+        &self,
+        req: &Request,
+        f: impl FnOnce(&Ctx<'_>, &PluginConf) -> Result<T>,
+    ) -> Result<T> {
         let pc = PluginConf::from_conf(&req.conf)?;
         let kernel = RealKernel::new()
             .map_err(|e| Error::io("opening an rtnetlink socket in the host netns", e))?;
@@ -153,7 +157,7 @@ pub fn status(ctx: &Ctx<'_>, req: &Request) -> Result<()> {
 /// GC: release every attachment of this network that the runtime no longer lists as valid,
 /// then let IPAM collect its own garbage. Keeps going on errors and reports them all.
 pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Result<()> {
-    let valid = req.conf.valid_attachments.as_deref().unwrap_or(&[]);
+    let valid = &req.conf.valid_attachments;
     let (attachments, mut errors) = ctx.store.list(&req.conf.name)?;
     for att in attachments {
         let keep = valid
@@ -167,7 +171,10 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
             .store
             .lock_device(&att.device_key, lock_timeout)
             .and_then(|_lock| move_dev::release_device(ctx.kernel, None, &att))
-            .and_then(|_| ctx.store.remove(&att.network, &att.container_id, &att.ifname));
+            .and_then(|_| {
+                ctx.store
+                    .remove(&att.network, &att.container_id, &att.ifname)
+            });
         if let Err(e) = outcome {
             errors.push(e);
         }

@@ -96,7 +96,16 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
 
     let mut plan = Plan::new(ctx.fail_after.clone());
-    match add_steps(ctx, req, pc, &netns, &dev, &mut att, &host_addresses, &mut plan) {
+    match add_steps(
+        ctx,
+        req,
+        pc,
+        &netns,
+        &dev,
+        &mut att,
+        &host_addresses,
+        &mut plan,
+    ) {
         Ok(result) => {
             plan.commit();
             crate::log::info(&format!(
@@ -124,7 +133,11 @@ fn add_steps<'a>(
     let pod = Ns::Pod(netns);
 
     ctx.store.save(att)?;
-    let (net, cid, ifn) = (att.network.clone(), att.container_id.clone(), att.ifname.clone());
+    let (net, cid, ifn) = (
+        att.network.clone(),
+        att.container_id.clone(),
+        att.ifname.clone(),
+    );
     plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
     plan.checkpoint("state-intent")?;
 
@@ -134,7 +147,10 @@ fn add_steps<'a>(
     }
     plan.checkpoint("ipam")?;
 
-    k.set_link(
+    let host = att.host.clone();
+    let ifname = req.env.ifname.clone();
+    let addrs = host_addresses.to_vec();
+    let moved = k.set_link(
         Ns::Host,
         dev.index,
         &LinkChange {
@@ -143,8 +159,20 @@ fn add_steps<'a>(
             mtu: pc.mtu,
             up: None,
         },
-    )
-    .map_err(|e| {
+    );
+    // The kernel applies a combined change in parts (move, MTU, name) and does not undo the
+    // earlier parts when a later one fails: after an error the device may already sit in the pod
+    // under its host name. The undo is registered whenever the device left the host.
+    let left_host = match &moved {
+        Ok(()) => true,
+        Err(_) => {
+            !matches!(k.link_by_index(Ns::Host, dev.index), Ok(Some(ref l)) if l.hwaddr == dev.hwaddr)
+        }
+    };
+    if left_host {
+        plan.on_undo("move", move || undo_move(k, netns, &host, &ifname, &addrs));
+    }
+    moved.map_err(|e| {
         Error::kernel(
             format!(
                 "moving {} into the pod netns {} as {}",
@@ -155,20 +183,6 @@ fn add_steps<'a>(
             e,
         )
     })?;
-    let host = att.host.clone();
-    let moved_index = dev.index;
-    let ifname = req.env.ifname.clone();
-    let addrs = host_addresses.to_vec();
-    plan.on_undo("move", move || {
-        let link = find_in_pod(k, netns, Some(moved_index), &ifname, &host)?.ok_or_else(|| {
-            Error::DeviceNotFound(format!(
-                "{} vanished from the pod netns during rollback",
-                host.name
-            ))
-        })?;
-        let back = move_back_to_host(k, netns, &link, &host)?;
-        restore_host_setup(k, back, &host, &addrs)
-    });
     plan.checkpoint("move")?;
 
     let pod_link = k
@@ -187,8 +201,12 @@ fn add_steps<'a>(
     let mut result = ipam.unwrap_or_default();
     for ip in &result.ips {
         let addr = ip.address;
-        k.add_address(pod, pod_link.index, addr)
-            .map_err(|e| Error::kernel(format!("adding address {addr} to {} in the pod", req.env.ifname), e))?;
+        k.add_address(pod, pod_link.index, addr).map_err(|e| {
+            Error::kernel(
+                format!("adding address {addr} to {} in the pod", req.env.ifname),
+                e,
+            )
+        })?;
         let index = pod_link.index;
         plan.on_undo("address", move || {
             k.del_address(pod, index, addr)
@@ -197,12 +215,26 @@ fn add_steps<'a>(
     }
     plan.checkpoint("addresses")?;
 
-    k.set_link(pod, pod_link.index, &LinkChange { up: Some(true), ..Default::default() })
-        .map_err(|e| Error::kernel(format!("setting {} up in the pod", req.env.ifname), e))?;
+    k.set_link(
+        pod,
+        pod_link.index,
+        &LinkChange {
+            up: Some(true),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| Error::kernel(format!("setting {} up in the pod", req.env.ifname), e))?;
     let index = pod_link.index;
     plan.on_undo("up", move || {
-        k.set_link(pod, index, &LinkChange { up: Some(false), ..Default::default() })
-            .map_err(|e| Error::kernel("setting the interface down", e))
+        k.set_link(
+            pod,
+            index,
+            &LinkChange {
+                up: Some(false),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| Error::kernel("setting the interface down", e))
     });
     plan.checkpoint("up")?;
 
@@ -257,12 +289,45 @@ fn add_steps<'a>(
     Ok(result)
 }
 
+/// Rollback of the move: the device goes back to the host under its original name and MTU, with
+/// its admin state and host addresses, from wherever the failed ADD left it (in the pod under the
+/// pod name or still under the host name).
+fn undo_move(
+    k: &dyn NetOps,
+    netns: &Netns,
+    host: &HostDevice,
+    ifname: &str,
+    addrs: &[IpNetwork],
+) -> Result<()> {
+    let in_pod = match find_in_pod(k, netns, Some(host.ifindex), ifname, host)? {
+        Some(l) => Some(l),
+        None => find_in_pod(k, netns, None, &host.name, host)?,
+    };
+    let index = match in_pod {
+        Some(link) => move_back_to_host(k, netns, &link, host)?,
+        None => {
+            let link = find_in_host(k, host)?.ok_or_else(|| {
+                Error::DeviceNotFound(format!(
+                    "{} ({}) vanished during rollback: it is neither in the pod netns nor in                      the host",
+                    host.name, host.hwaddr
+                ))
+            })?;
+            restore_name_and_mtu(k, &link, host)?;
+            link.index
+        }
+    };
+    restore_host_setup(k, index, host, addrs)
+}
+
 /// DEL: bring the device back (from the pod netns, or find it in the host where the kernel put
 /// it when the netns died), release IPAM, drop the record. Every error is collected; the record
 /// is kept while anything failed, so a retried DEL does the rest.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     let mut errors = Vec::new();
-    let att = match ctx.store.load(&req.conf.name, &req.env.container_id, &req.env.ifname) {
+    let att = match ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
+    {
         Ok(a) => a,
         Err(e) => {
             errors.push(e);
@@ -295,7 +360,9 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
 /// path DEL got (may be empty, or gone); the recorded path is used when none is given.
 pub fn release_device(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
     let host = &att.host;
-    let path = netns.map(Path::to_path_buf).unwrap_or_else(|| att.netns.clone().into());
+    let path = netns
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| att.netns.clone().into());
     let mut open_error = None;
     if netns.is_some() || !att.netns.is_empty() {
         match Netns::open(&path) {
@@ -383,12 +450,22 @@ fn find_in_host(kernel: &dyn NetOps, host: &HostDevice) -> Result<Option<Link>> 
 /// equal to the original name (left by some udev setups, sriov-cni #445) makes the rename fail
 /// with EEXIST: it is dropped first. If another host device took the name meanwhile, the device
 /// still comes home, under `rdmans<ifindex>`, and the clash is reported.
-fn move_back_to_host(kernel: &dyn NetOps, ns: &Netns, link: &Link, host: &HostDevice) -> Result<u32> {
+fn move_back_to_host(
+    kernel: &dyn NetOps,
+    ns: &Netns,
+    link: &Link,
+    host: &HostDevice,
+) -> Result<u32> {
     let pod = Ns::Pod(ns);
     if link.altnames.iter().any(|a| a == &host.name) {
         kernel
             .del_altname(pod, link.index, &host.name)
-            .map_err(|e| Error::kernel(format!("dropping altname {} of {}", host.name, link.name), e))?;
+            .map_err(|e| {
+                Error::kernel(
+                    format!("dropping altname {} of {}", host.name, link.name),
+                    e,
+                )
+            })?;
     }
     let change = |name: &str| LinkChange {
         netns: Some(Ns::Host),
@@ -406,8 +483,28 @@ fn move_back_to_host(kernel: &dyn NetOps, ns: &Netns, link: &Link, host: &HostDe
                 .map(|l| format!("{} (ifindex {})", l.name, l.index))
                 .unwrap_or_else(|| "another device".into());
             let fallback = format!("rdmans{}", link.index);
-            kernel.set_link(pod, link.index, &change(&fallback)).map_err(|e| {
-                Error::kernel(format!("moving {} back to the host as {fallback}", link.name), e)
+            // The move itself may have happened before the rename failed (the kernel applies
+            // the parts in order): finish from wherever the device is now.
+            let already_home = kernel
+                .link_by_index(Ns::Host, link.index)
+                .ok()
+                .flatten()
+                .filter(|l| same_device(l, host));
+            let (ns, request) = match already_home {
+                Some(_) => (
+                    Ns::Host,
+                    LinkChange {
+                        netns: None,
+                        ..change(&fallback)
+                    },
+                ),
+                None => (pod, change(&fallback)),
+            };
+            kernel.set_link(ns, link.index, &request).map_err(|e| {
+                Error::kernel(
+                    format!("moving {} back to the host as {fallback}", link.name),
+                    e,
+                )
             })?;
             Err(Error::DeviceInUse(format!(
                 "{} is back in the host as {fallback}: its original name {} is taken by {holder}; \
@@ -416,7 +513,10 @@ fn move_back_to_host(kernel: &dyn NetOps, ns: &Netns, link: &Link, host: &HostDe
             )))
         }
         Err(e) => Err(Error::kernel(
-            format!("moving {} from the pod back to the host as {}", link.name, host.name),
+            format!(
+                "moving {} from the pod back to the host as {}",
+                link.name, host.name
+            ),
             e,
         )),
     }
@@ -424,17 +524,34 @@ fn move_back_to_host(kernel: &dyn NetOps, ns: &Netns, link: &Link, host: &HostDe
 
 /// After a rollback: the device is back under its name; bring back its admin state and the
 /// addresses it had in the host (a netns move flushes them).
-fn restore_host_setup(kernel: &dyn NetOps, index: u32, host: &HostDevice, addrs: &[IpNetwork]) -> Result<()> {
+fn restore_host_setup(
+    kernel: &dyn NetOps,
+    index: u32,
+    host: &HostDevice,
+    addrs: &[IpNetwork],
+) -> Result<()> {
     if host.was_up {
         kernel
-            .set_link(Ns::Host, index, &LinkChange { up: Some(true), ..Default::default() })
+            .set_link(
+                Ns::Host,
+                index,
+                &LinkChange {
+                    up: Some(true),
+                    ..Default::default()
+                },
+            )
             .map_err(|e| Error::kernel(format!("setting {} up again", host.name), e))?;
     }
     for a in addrs {
         match kernel.add_address(Ns::Host, index, *a) {
             Ok(()) => {}
             Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => {}
-            Err(e) => return Err(Error::kernel(format!("restoring address {a} on {}", host.name), e)),
+            Err(e) => {
+                return Err(Error::kernel(
+                    format!("restoring address {a} on {}", host.name),
+                    e,
+                ))
+            }
         }
     }
     Ok(())
@@ -455,7 +572,12 @@ fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> 
     if link.altnames.iter().any(|a| a == &host.name) {
         kernel
             .del_altname(Ns::Host, link.index, &host.name)
-            .map_err(|e| Error::kernel(format!("dropping altname {} of {}", host.name, link.name), e))?;
+            .map_err(|e| {
+                Error::kernel(
+                    format!("dropping altname {} of {}", host.name, link.name),
+                    e,
+                )
+            })?;
     }
     kernel.set_link(Ns::Host, link.index, &change).map_err(|e| {
         Error::kernel(
@@ -480,7 +602,10 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         })?;
     let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
     let ns = Netns::open(path).map_err(|e| {
-        Error::UnknownContainer(format!("pod netns {} cannot be opened: {e}", path.display()))
+        Error::UnknownContainer(format!(
+            "pod netns {} cannot be opened: {e}",
+            path.display()
+        ))
     })?;
     let link = ctx
         .kernel
@@ -521,7 +646,10 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
                     "{} in the pod lacks address {} from prevResult (has {})",
                     req.env.ifname,
                     ip.address,
-                    have.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+                    have.iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         }
@@ -538,7 +666,12 @@ fn prev_ips_for<'r>(prev: &'r CniResult, ifname: &str) -> impl Iterator<Item = &
 }
 
 /// ADD found no device: if a live attachment holds a device matching the selector, say who.
-fn explain_held(ctx: &Ctx<'_>, req: &Request, selector: &crate::attach::select::Selector, not_found: Error) -> Error {
+fn explain_held(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    selector: &crate::attach::select::Selector,
+    not_found: Error,
+) -> Error {
     use crate::attach::select::Selector;
     let holder = ctx.store.list_all().into_iter().find(|a| {
         let same_attachment = a.network == req.conf.name

@@ -19,7 +19,10 @@ pub enum Selector {
     /// `kernelpath`: a sysfs device path such as `/sys/devices/pci0000:00/.../0000:3b:00.2`.
     KernelPath(String),
     /// `pciBusID`, or a PCI `deviceID`: `0000:3b:00.2`.
-    Pci { field: &'static str, address: String },
+    Pci {
+        field: &'static str,
+        address: String,
+    },
     /// An auxiliary-bus `deviceID` such as `mlx5_core.sf.4` (mlx5 subfunctions).
     Aux { field: &'static str, name: String },
 }
@@ -85,8 +88,7 @@ fn is_aux_name(text: &str) -> bool {
     parts.len() >= 3
         && parts.iter().all(|p| {
             !p.is_empty()
-                && p
-                    .bytes()
+                && p.bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
         })
         && parts.last().unwrap().bytes().all(|c| c.is_ascii_digit())
@@ -106,18 +108,20 @@ pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selecto
                 .links(Ns::Host)
                 .map_err(lookup_err)?
                 .into_iter()
-                .filter(|l| {
-                    l.hwaddr == *addr || l.perm_hwaddr.as_deref() == Some(addr.as_slice())
-                })
+                .filter(|l| l.hwaddr == *addr || l.perm_hwaddr.as_deref() == Some(addr.as_slice()))
                 .collect();
             one(selector, matches)
         }
         Selector::KernelPath(path) => {
-            let names = sys.kernelpath_netdevs(path).map_err(|e| sysfs_err(selector, e))?;
+            let names = sys
+                .kernelpath_netdevs(path)
+                .map_err(|e| sysfs_err(selector, e))?;
             links_named(kernel, selector, names)
         }
         Selector::Pci { address, .. } => {
-            let names = sys.pci_netdevs(address).map_err(|e| sysfs_err(selector, e))?;
+            let names = sys
+                .pci_netdevs(address)
+                .map_err(|e| sysfs_err(selector, e))?;
             links_named(kernel, selector, names)
         }
         Selector::Aux { name, .. } => {
@@ -132,10 +136,9 @@ fn links_named(kernel: &dyn NetOps, selector: &Selector, names: Vec<String>) -> 
     for name in &names {
         // The host's /sys lists only host-netns netdevs, so each name is in the host netns; a
         // race with a concurrent move makes the lookup come back empty, which is "not found".
-        if let Some(l) = kernel
-            .link_by_name(Ns::Host, name)
-            .map_err(|e| Error::kernel(format!("looking up {name} for {}", selector.describe()), e))?
-        {
+        if let Some(l) = kernel.link_by_name(Ns::Host, name).map_err(|e| {
+            Error::kernel(format!("looking up {name} for {}", selector.describe()), e)
+        })? {
             links.push(l);
         }
     }
@@ -196,7 +199,10 @@ mod tests {
 
     #[test]
     fn pci_addresses_normalize_and_reject_garbage() {
-        assert_eq!(normalize_pci("0000:3B:00.2").as_deref(), Some("0000:3b:00.2"));
+        assert_eq!(
+            normalize_pci("0000:3B:00.2").as_deref(),
+            Some("0000:3b:00.2")
+        );
         assert_eq!(normalize_pci("3b:00.2").as_deref(), Some("0000:3b:00.2"));
         assert_eq!(normalize_pci("0000:3b:00.8"), None);
         assert_eq!(normalize_pci("0000:3b:00"), None);

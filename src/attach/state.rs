@@ -162,7 +162,12 @@ impl Store {
             .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
     }
 
-    pub fn load(&self, network: &str, container_id: &str, ifname: &str) -> Result<Option<Attachment>> {
+    pub fn load(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<Attachment>> {
         let path = self.record_path(network, container_id, ifname)?;
         read_record(&path)
     }
@@ -172,7 +177,10 @@ impl Store {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(format!("removing state file {}", path.display()), e)),
+            Err(e) => Err(Error::io(
+                format!("removing state file {}", path.display()),
+                e,
+            )),
         }
     }
 
@@ -198,7 +206,7 @@ impl Store {
                 Err(e) => errors.push(e),
             }
         }
-        found.sort_by(|a, b| a.id().cmp(&b.id()));
+        found.sort_by_key(Attachment::id);
         Ok((found, errors))
     }
 
@@ -226,7 +234,12 @@ impl Store {
         let probe = self.dir.join(format!(".probe-{}", std::process::id()));
         write_atomic(&probe, b"ok")
             .and_then(|_| fs::remove_file(&probe))
-            .map_err(|e| Error::io(format!("state directory {} is not writable", self.dir.display()), e))
+            .map_err(|e| {
+                Error::io(
+                    format!("state directory {} is not writable", self.dir.display()),
+                    e,
+                )
+            })
     }
 
     /// Takes the lock of `device_key`, waiting at most `timeout`; code 11 when it stays busy.
@@ -246,7 +259,9 @@ impl Store {
         loop {
             // LOCK_NB + bounded polling instead of a blocking flock: a stuck holder must turn into
             // "try again later" for the runtime, never into a hung pod start.
-            let rc = unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB) };
+            let rc = unsafe {
+                nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB)
+            };
             if rc == 0 {
                 return Ok(DeviceLock { _file: file });
             }
@@ -279,7 +294,12 @@ fn read_record(path: &Path) -> Result<Option<Attachment>> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(format!("reading state file {}", path.display()), e)),
+        Err(e) => {
+            return Err(Error::io(
+                format!("reading state file {}", path.display()),
+                e,
+            ))
+        }
     };
     serde_json::from_slice(&bytes).map(Some).map_err(|e| {
         Error::State(format!(
@@ -294,7 +314,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
-        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
         std::process::id()
     ));
     let result = (|| {
@@ -354,7 +376,10 @@ mod tests {
         let back = store.load("rdma-net", "abc123", "net1").unwrap().unwrap();
         assert_eq!(back, att);
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(tmp.path().join("data/rdma-net")).unwrap().permissions().mode();
+        let mode = fs::metadata(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
         let (all, errs) = store.list("rdma-net").unwrap();
         assert_eq!(all.len(), 1);
@@ -363,7 +388,9 @@ mod tests {
         store.remove("rdma-net", "abc123", "net1").unwrap();
         store.remove("rdma-net", "abc123", "net1").unwrap();
         assert!(store.load("rdma-net", "abc123", "net1").unwrap().is_none());
-        let leftovers: Vec<_> = fs::read_dir(tmp.path().join("data/rdma-net")).unwrap().collect();
+        let leftovers: Vec<_> = fs::read_dir(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .collect();
         assert!(leftovers.is_empty(), "no temp files left behind");
     }
 
@@ -395,14 +422,20 @@ mod tests {
     fn a_held_device_lock_times_out_with_code_11_and_frees_on_drop() {
         let tmp = TempDir::new("state-lock");
         let store = Store::new(tmp.path());
-        let held = store.lock_device("pci-0000_3b_00.2", Duration::from_millis(10)).unwrap();
+        let held = store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(10))
+            .unwrap();
         let err = store
             .lock_device("pci-0000_3b_00.2", Duration::from_millis(30))
             .unwrap_err();
         assert_eq!(err.code(), 11, "{err}");
         // A different device is not blocked.
-        store.lock_device("pci-0000_3b_00.3", Duration::from_millis(10)).unwrap();
+        store
+            .lock_device("pci-0000_3b_00.3", Duration::from_millis(10))
+            .unwrap();
         drop(held);
-        store.lock_device("pci-0000_3b_00.2", Duration::from_millis(10)).unwrap();
+        store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(10))
+            .unwrap();
     }
 }

@@ -71,11 +71,10 @@ fn ipam_result() -> CniResult {
             gateway: Some("10.10.0.1".parse().unwrap()),
             interface: None,
         }],
-        routes: vec![Route {
-            dst: "10.20.0.0/16".parse().unwrap(),
-            gw: Some("10.10.0.1".parse().unwrap()),
-            ..Default::default()
-        }],
+        routes: vec![Route::new(
+            "10.20.0.0/16".parse().unwrap(),
+            Some("10.10.0.1".parse().unwrap()),
+        )],
         ..Default::default()
     }
 }
@@ -141,8 +140,15 @@ impl World {
         assert_eq!(link.name, "ens1f0v0");
         assert_eq!(link.mtu, 1500);
         assert!(link.up, "admin state restored");
-        assert_eq!(self.kernel.addrs_of(7), vec!["192.0.2.7/24".parse().unwrap()]);
-        assert!(self.store.load("rdma-net", "c0ffee", "net1").unwrap().is_none());
+        assert_eq!(
+            self.kernel.addrs_of(7),
+            vec!["192.0.2.7/24".parse().unwrap()]
+        );
+        assert!(self
+            .store
+            .load("rdma-net", "c0ffee", "net1")
+            .unwrap()
+            .is_none());
     }
 }
 
@@ -152,13 +158,22 @@ fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
     let result = w.add(None).unwrap();
     let calls = w.kernel.calls();
     let moves: Vec<_> = calls.iter().filter(|c| c.contains("netns=")).collect();
-    assert_eq!(moves, vec![&format!("set_link host 7 netns={POD} name=net1 mtu=9000")]);
+    assert_eq!(
+        moves,
+        vec![&format!("set_link host 7 netns={POD} name=net1 mtu=9000")]
+    );
     let pos = |needle: &str| calls.iter().position(|c| c.contains(needle)).unwrap();
     assert!(pos("netns=") < pos("add_address"));
     assert!(pos("add_address") < pos("up=true"));
-    assert!(pos("up=true") < pos("add_route"), "routes after up: {calls:?}");
+    assert!(
+        pos("up=true") < pos("add_route"),
+        "routes after up: {calls:?}"
+    );
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
-    assert_eq!((ns.as_str(), link.name.as_str(), link.mtu, link.up), (POD, "net1", 9000, true));
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
+        (POD, "net1", 9000, true)
+    );
     assert_eq!(w.kernel.addrs_of(7), vec!["10.10.0.2/24".parse().unwrap()]);
 
     let iface = &result.interfaces[0];
@@ -179,7 +194,15 @@ fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
 
 #[test]
 fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
-    for step in ["state-intent", "ipam", "move", "addresses", "up", "routes", "state"] {
+    for step in [
+        "state-intent",
+        "ipam",
+        "move",
+        "addresses",
+        "up",
+        "routes",
+        "state",
+    ] {
         let w = World::new();
         let err = w.add(Some(step)).unwrap_err();
         assert!(err.to_string().contains(step), "{step}: {err}");
@@ -197,8 +220,8 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
 fn a_kernel_refusal_at_any_kernel_step_rolls_back() {
     for (call, errno) in [
         ("set_link host 7 netns=", Errno::EBUSY),
-        ("add_address", Errno::EADDRNOTAVAIL),
-        ("up=true", Errno::ENETDOWN),
+        ("add_address /proc/self/ns/net", Errno::EADDRNOTAVAIL),
+        ("/proc/self/ns/net 7 up=true", Errno::ENETDOWN),
         ("add_route", Errno::ENETUNREACH),
     ] {
         let w = World::new();
@@ -211,10 +234,20 @@ fn a_kernel_refusal_at_any_kernel_step_rolls_back() {
 }
 
 #[test]
+fn a_move_that_failed_half_way_is_still_rolled_back() {
+    let w = World::new();
+    w.kernel.state.borrow_mut().partial_rename_failure = Some("set_link host 7 netns=".into());
+    let err = w.add(None).unwrap_err();
+    assert_eq!(err.code(), 105, "{err}");
+    w.assert_host_as_before();
+}
+
+#[test]
 fn an_undo_that_fails_is_reported_with_the_cause() {
     let w = World::new();
     w.kernel.fail_on("add_route", Errno::ENETUNREACH);
-    w.kernel.fail_on(&format!("set_link {POD} 7 netns=host"), Errno::EIO);
+    w.kernel
+        .fail_on(&format!("set_link {POD} 7 netns=host"), Errno::EIO);
     let err = w.add(None).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("adding route"), "{text}");
@@ -257,13 +290,34 @@ fn del_brings_the_device_back_down_with_name_and_mtu_and_is_idempotent() {
     w.add(None).unwrap();
     w.del(Some(POD)).unwrap();
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
-    assert_eq!((ns.as_str(), link.name.as_str(), link.mtu, link.up), ("host", "ens1f0v0", 1500, false));
-    let back: Vec<_> = w.kernel.calls().into_iter().filter(|c| c.contains("netns=host")).collect();
-    assert_eq!(back, vec![format!("set_link {POD} 7 netns=host name=ens1f0v0 mtu=1500")]);
-    assert!(w.store.load("rdma-net", "c0ffee", "net1").unwrap().is_none());
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
+        ("host", "ens1f0v0", 1500, false)
+    );
+    let back: Vec<_> = w
+        .kernel
+        .calls()
+        .into_iter()
+        .filter(|c| c.contains("netns=host"))
+        .collect();
+    assert_eq!(
+        back,
+        vec![format!(
+            "set_link {POD} 7 netns=host name=ens1f0v0 mtu=1500"
+        )]
+    );
+    assert!(w
+        .store
+        .load("rdma-net", "c0ffee", "net1")
+        .unwrap()
+        .is_none());
     w.del(Some(POD)).unwrap();
     w.del(None).unwrap();
-    assert_eq!(*w.ipam.calls.borrow(), vec!["add", "del", "del", "del"], "IPAM DEL always runs");
+    assert_eq!(
+        *w.ipam.calls.borrow(),
+        vec!["add", "del", "del", "del"],
+        "IPAM DEL always runs"
+    );
 }
 
 #[test]
@@ -280,16 +334,27 @@ fn del_after_the_netns_died_renames_the_returned_device_in_the_host() {
     }
     w.del(None).unwrap();
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
-    assert_eq!((ns.as_str(), link.name.as_str(), link.mtu), ("host", "ens1f0v0", 1500));
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.mtu),
+        ("host", "ens1f0v0", 1500)
+    );
 }
 
 #[test]
 fn del_when_the_device_vanished_with_its_netns_succeeds() {
     let w = World::new();
     w.add(None).unwrap();
-    w.kernel.state.borrow_mut().links.retain(|(_, l)| l.hwaddr != MAC);
+    w.kernel
+        .state
+        .borrow_mut()
+        .links
+        .retain(|(_, l)| l.hwaddr != MAC);
     w.del(None).unwrap();
-    assert!(w.store.load("rdma-net", "c0ffee", "net1").unwrap().is_none());
+    assert!(w
+        .store
+        .load("rdma-net", "c0ffee", "net1")
+        .unwrap()
+        .is_none());
 }
 
 #[test]
@@ -303,7 +368,9 @@ fn a_lingering_altname_is_dropped_before_renaming_back() {
     }
     w.del(Some(POD)).unwrap();
     let calls = w.kernel.calls();
-    let drop_pos = calls.iter().position(|c| c.starts_with("del_altname") && c.ends_with("ens1f0v0"));
+    let drop_pos = calls
+        .iter()
+        .position(|c| c.starts_with("del_altname") && c.ends_with("ens1f0v0"));
     let move_pos = calls.iter().position(|c| c.contains("netns=host"));
     assert!(drop_pos.unwrap() < move_pos.unwrap(), "{calls:?}");
     assert_eq!(w.kernel.locate(&MAC).unwrap().1.name, "ens1f0v0");
@@ -328,7 +395,10 @@ fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so(
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
     assert_eq!((ns.as_str(), link.name.as_str()), ("host", "rdmans7"));
     assert!(
-        w.store.load("rdma-net", "c0ffee", "net1").unwrap().is_some(),
+        w.store
+            .load("rdma-net", "c0ffee", "net1")
+            .unwrap()
+            .is_some(),
         "the record stays while DEL reports an error"
     );
 }
@@ -357,12 +427,23 @@ fn check_verifies_presence_mtu_and_prev_result_addresses() {
     let pc = PluginConf::from_conf(&req.conf).unwrap();
     move_dev::check(&w.ctx(None), &req, &pc).unwrap();
 
-    w.kernel.state.borrow_mut().addrs.get_mut(&7).unwrap().clear();
+    w.kernel
+        .state
+        .borrow_mut()
+        .addrs
+        .get_mut(&7)
+        .unwrap()
+        .clear();
     let err = move_dev::check(&w.ctx(None), &req, &pc).unwrap_err();
     assert_eq!(err.code(), 108);
     assert!(err.to_string().contains("10.10.0.2/24"), "{err}");
 
-    w.kernel.state.borrow_mut().links.iter_mut().for_each(|(_, l)| l.mtu = 1400);
+    w.kernel
+        .state
+        .borrow_mut()
+        .links
+        .iter_mut()
+        .for_each(|(_, l)| l.mtu = 1400);
     let err = move_dev::check(&w.ctx(None), &req, &pc).unwrap_err();
     assert!(err.to_string().contains("MTU 1400"), "{err}");
 }

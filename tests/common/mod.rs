@@ -24,7 +24,10 @@ pub fn unique(prefix: &str) -> String {
 
 /// Runs a setup/inspection command (iproute2 in tests only); panics with its stderr on failure.
 pub fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
     assert!(
         out.status.success(),
         "{:?} failed: {}",
@@ -90,7 +93,9 @@ impl Veth {
     pub fn new() -> Veth {
         let nic = unique("rnv");
         let peer = format!("{nic}p");
-        sh(&["ip", "link", "add", &nic, "type", "veth", "peer", "name", &peer]);
+        sh(&[
+            "ip", "link", "add", &nic, "type", "veth", "peer", "name", &peer,
+        ]);
         sh(&["ip", "link", "set", &peer, "up"]);
         Veth { nic, peer }
     }
@@ -145,7 +150,11 @@ pub fn addrs_in(ns: Option<&str>, ifname: &str) -> Vec<String> {
             if a["scope"] == "link" {
                 continue;
             }
-            found.push(format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]));
+            found.push(format!(
+                "{}/{}",
+                a["local"].as_str().unwrap(),
+                a["prefixlen"]
+            ));
         }
     }
     found
@@ -161,13 +170,21 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?} / {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {:?} / {}",
+                self.stdout, self.stderr
+            )
+        })
     }
 
     #[track_caller]
     pub fn ok(&self) -> &Self {
-        assert_eq!(self.code, 0, "plugin failed: {} / {}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "plugin failed: {} / {}",
+            self.stdout, self.stderr
+        );
         self
     }
 
@@ -257,6 +274,7 @@ impl DataDir {
     pub fn new() -> DataDir {
         let p = std::env::temp_dir().join(unique("rdma-ns-it-"));
         let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
         DataDir(p)
     }
 
@@ -268,14 +286,27 @@ impl DataDir {
         self.0.display().to_string()
     }
 
+    /// The plugin's `dataDir` (records and locks), beside the IPAM plugins' files.
+    pub fn state(&self) -> String {
+        self.0.join("state").display().to_string()
+    }
+
     /// Attachment records left under the data dir (lock files excluded).
     pub fn records(&self) -> Vec<PathBuf> {
         let mut found = Vec::new();
-        for net in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+        for net in std::fs::read_dir(self.0.join("state"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if net.file_name() == "locks" || !net.path().is_dir() {
                 continue;
             }
-            for f in std::fs::read_dir(net.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(net.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 found.push(f.path());
             }
         }
@@ -297,7 +328,7 @@ pub fn move_conf(version: &str, name: &str, device: &str, data: &DataDir) -> Val
         "type": "rdma-ns",
         "mode": "move",
         "device": device,
-        "dataDir": data.str(),
+        "dataDir": data.state(),
     })
 }
 
@@ -377,11 +408,7 @@ pub fn host_view(ifname: &str) -> HostView {
         Some(l) => HostView {
             present: true,
             mtu: l["mtu"].as_u64().unwrap(),
-            up: l["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| f == "UP"),
+            up: l["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
             addrs: addrs_in(None, ifname),
         },
     }
