@@ -52,7 +52,7 @@ cni() {  # cni COMMAND [stdin-conf]
 }
 
 echo "== host before: $nic"
-ip -br link show "$nic"
+ip -o link show dev "$nic" | cut -d" " -f2-5
 echo "== ADD (conf/move.conflist, device=$nic)"
 result=$(cni ADD "$conf")
 echo "$result" | python3 -m json.tool
@@ -64,4 +64,4 @@ cni CHECK "$with_prev" && echo "CHECK ok"
 echo "== DEL"
 cni DEL "$with_prev" && echo "DEL ok"
 echo "== host after: the device is back, original name and MTU, admin down"
-ip -br link show "$nic"
+ip -o link show dev "$nic" | cut -d" " -f2-5
