@@ -106,6 +106,11 @@ pub enum Error {
     #[error("{0}")]
     CheckFailed(String),
 
+    /// 110: the parent of a child interface cannot carry it (wrong link type, down, no
+    /// connected mode).
+    #[error("{0}")]
+    ParentUnsuitable(String),
+
     /// 109: several errors during DEL or GC, all reported.
     #[error("{} errors: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Multiple(Vec<Error>),
@@ -135,6 +140,7 @@ impl Error {
             Error::State(_) => 106,
             Error::IpamExec(_) => 107,
             Error::CheckFailed(_) => 108,
+            Error::ParentUnsuitable(_) => 110,
             Error::Multiple(errors) => match errors.as_slice() {
                 [only] => only.code(),
                 _ => 109,

@@ -7,7 +7,7 @@ use crate::attach::select::{normalize_pci, Selector};
 use crate::attach::state::DEFAULT_DATA_DIR;
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
-use crate::kernel::parse_hwaddr;
+use crate::kernel::{parse_hwaddr, MacvlanMode};
 
 /// How long an ADD/DEL waits for another invocation holding the same device.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 10_000;
@@ -16,14 +16,44 @@ pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 10_000;
 pub enum Mode {
     /// An existing host netdev is moved into the pod (the host-device class).
     Move,
+    /// A macvlan child of a RoCE netdev, created in the pod (shared netns mode).
+    Macvlan,
+    /// An IPoIB child (P_Key partition) of an IPoIB netdev, created in the pod.
+    Ipoib,
 }
 
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Move => "move",
+            Mode::Macvlan => "macvlan",
+            Mode::Ipoib => "ipoib",
         }
     }
+}
+
+/// `ipoibMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpoibModeConf {
+    /// Connected with MTU 65520 when the parent can do it, else datagram with the parent's MTU.
+    Auto,
+    Datagram,
+    Connected,
+}
+
+/// Fields of the child-interface modes (`macvlan`, `ipoib`).
+#[derive(Debug, Clone, Default)]
+pub struct ChildConf {
+    /// `master`: the parent netdev's name.
+    pub master: Option<String>,
+    /// `macvlanMode`.
+    pub macvlan_mode: Option<MacvlanMode>,
+    /// `mac` (also runtimeConfig.mac and CNI_ARGS MAC, which win).
+    pub mac: Option<Vec<u8>>,
+    /// `pkey`: the 16-bit value as given (the kernel ORs in the full-membership bit 0x8000).
+    pub pkey: Option<u16>,
+    pub ipoib_mode: Option<IpoibModeConf>,
+    pub umcast: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +63,8 @@ pub struct PluginConf {
     pub mtu: Option<u32>,
     pub data_dir: PathBuf,
     pub lock_timeout: Duration,
+    /// Child-interface settings (modes macvlan and ipoib).
+    pub child: ChildConf,
 }
 
 /// Static selectors an operator writes in the conf.
@@ -42,11 +74,13 @@ impl PluginConf {
     pub fn from_conf(conf: &NetConf) -> Result<PluginConf> {
         let mode = match conf.raw_str("mode")?.as_deref() {
             None | Some("move") => Mode::Move,
+            Some("macvlan") => Mode::Macvlan,
+            Some("ipoib") => Mode::Ipoib,
             Some(other) => {
                 return Err(Error::UnsupportedField {
                     field: "mode".into(),
                     value: other.into(),
-                    msg: "this build supports \"move\"".into(),
+                    msg: "supported modes: \"move\", \"macvlan\", \"ipoib\"".into(),
                 })
             }
         };
@@ -76,11 +110,16 @@ impl PluginConf {
                 format!("{} must be an absolute path", data_dir.display()),
             ));
         }
+        let child = match mode {
+            Mode::Move => ChildConf::default(),
+            Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
+        };
         Ok(PluginConf {
             mode,
             mtu,
             data_dir,
             lock_timeout,
+            child,
         })
     }
 }
@@ -166,5 +205,132 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
                     .join(", ")
             ),
         )),
+    }
+}
+
+fn child_conf(conf: &NetConf, mode: Mode) -> Result<ChildConf> {
+    let mut c = ChildConf {
+        master: conf.raw_str("master")?.filter(|s| !s.is_empty()),
+        ..Default::default()
+    };
+    match mode {
+        Mode::Macvlan => {
+            c.macvlan_mode = Some(match conf.raw_str("macvlanMode")?.as_deref() {
+                None | Some("bridge") => MacvlanMode::Bridge,
+                Some("private") => MacvlanMode::Private,
+                Some("vepa") => MacvlanMode::Vepa,
+                Some("passthru") => MacvlanMode::Passthru,
+                Some(other) => {
+                    return Err(Error::UnsupportedField {
+                        field: "macvlanMode".into(),
+                        value: other.into(),
+                        msg: "use bridge (default), private, vepa or passthru".into(),
+                    })
+                }
+            });
+            let mac = match conf.runtime_config.mac.as_deref().filter(|m| !m.is_empty()) {
+                Some(m) => Some(("runtimeConfig.mac", m.to_string())),
+                None => conf
+                    .raw_str("mac")?
+                    .filter(|m| !m.is_empty())
+                    .map(|m| ("mac", m)),
+            };
+            if let Some((field, text)) = mac {
+                c.mac = Some(parse_unicast_mac(field, &text)?);
+            }
+        }
+        Mode::Ipoib => {
+            c.pkey = match conf.raw.get("pkey") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(v) => Some(parse_pkey(v)?),
+            };
+            c.ipoib_mode = Some(match conf.raw_str("ipoibMode")?.as_deref() {
+                None | Some("auto") => IpoibModeConf::Auto,
+                Some("datagram") => IpoibModeConf::Datagram,
+                Some("connected") => IpoibModeConf::Connected,
+                Some(other) => {
+                    return Err(Error::UnsupportedField {
+                        field: "ipoibMode".into(),
+                        value: other.into(),
+                        msg: "use auto (default), datagram or connected".into(),
+                    })
+                }
+            });
+            c.umcast = conf.raw_bool("umcast")?;
+        }
+        Mode::Move => {}
+    }
+    Ok(c)
+}
+
+/// A MAC for a macvlan child: 6 bytes, unicast (the kernel refuses multicast addresses).
+pub fn parse_unicast_mac(field: &str, text: &str) -> Result<Vec<u8>> {
+    match parse_hwaddr(text) {
+        Some(b) if b.len() == 6 && b[0] & 1 == 0 => Ok(b),
+        _ => Err(Error::config(
+            field,
+            format!("{text:?} is not a unicast MAC address like 02:00:00:00:00:01"),
+        )),
+    }
+}
+
+/// `pkey` as a hex string (`"0x8001"`, `"8001"`) or a JSON number. The kernel takes any 16-bit
+/// value but 0 and 0x8000 (the full-membership bit alone), and ORs 0x8000 into the result
+/// (ipoib_netlink.c `ipoib_new_child_link`), so `0x0001` and `0x8001` name the same partition.
+pub fn parse_pkey(value: &serde_json::Value) -> Result<u16> {
+    let bad = |shown: String| {
+        Error::config(
+            "pkey",
+            format!("{shown} is not a P_Key: give 0x0001..0x7fff, optionally with the full-membership bit 0x8000 (e.g. \"0x8001\")"),
+        )
+    };
+    let number = match value {
+        serde_json::Value::Number(n) => n.as_u64().ok_or_else(|| bad(n.to_string()))?,
+        serde_json::Value::String(s) => {
+            let digits = s.trim().trim_start_matches("0x").trim_start_matches("0X");
+            u64::from_str_radix(digits, 16).map_err(|_| bad(format!("{s:?}")))?
+        }
+        other => return Err(bad(other.to_string())),
+    };
+    match number {
+        0 | 0x8000 => Err(bad(format!("{number:#06x}"))),
+        n if n > 0xffff => Err(bad(format!("{n:#x}"))),
+        n => Ok(n as u16),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pkeys_parse_as_the_kernel_takes_them() {
+        assert_eq!(parse_pkey(&json!("0x8001")).unwrap(), 0x8001);
+        assert_eq!(parse_pkey(&json!("0x0001")).unwrap(), 0x0001);
+        assert_eq!(parse_pkey(&json!("7fff")).unwrap(), 0x7fff);
+        assert_eq!(parse_pkey(&json!(32769)).unwrap(), 0x8001);
+        for bad in [
+            json!("0x0"),
+            json!("0x8000"),
+            json!("0x10000"),
+            json!("zz"),
+            json!(-1),
+            json!(true),
+        ] {
+            let err = parse_pkey(&bad).unwrap_err();
+            assert_eq!(err.code(), 7, "{bad}");
+            assert!(err.to_string().contains("pkey"), "{err}");
+        }
+    }
+
+    #[test]
+    fn macs_must_be_unicast_ethernet() {
+        assert_eq!(
+            parse_unicast_mac("mac", "02:00:00:00:00:01").unwrap(),
+            vec![2, 0, 0, 0, 0, 1]
+        );
+        assert!(parse_unicast_mac("mac", "01:00:5e:00:00:01").is_err());
+        assert!(parse_unicast_mac("mac", "02:00:00:00:00").is_err());
     }
 }

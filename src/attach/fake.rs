@@ -291,6 +291,7 @@ impl NetOps for FakeKernel {
                     .clone()
                     .unwrap_or_else(|| vec![2, 0, 0, 0, 1, index as u8]),
                 link: Some(spec.parent_index),
+                kind: Some(spec.kind.kind_name().to_string()),
                 ..Default::default()
             },
         ));

@@ -1,11 +1,15 @@
 //! What an attachment does: the plugin's modes as steps with undo, over the kernel seam.
 
+pub mod child;
 pub mod config;
+pub mod ipconf;
 pub mod move_dev;
 pub mod plan;
 pub mod select;
 pub mod state;
 
+#[cfg(test)]
+mod child_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
@@ -122,18 +126,21 @@ impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::add(ctx, req, pc),
+            Mode::Macvlan | Mode::Ipoib => child::add(ctx, req, pc),
         })
     }
 
     fn del(&self, req: &Request) -> Result<()> {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::del(ctx, req, pc),
+            Mode::Macvlan | Mode::Ipoib => child::del(ctx, req, pc),
         })
     }
 
     fn check(&self, req: &Request) -> Result<()> {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::check(ctx, req, pc),
+            Mode::Macvlan | Mode::Ipoib => child::check(ctx, req, pc),
         })
     }
 
@@ -170,7 +177,10 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
         let outcome = ctx
             .store
             .lock_device(&att.device_key, lock_timeout)
-            .and_then(|_lock| move_dev::release_device(ctx.kernel, None, &att))
+            .and_then(|_lock| match att.child {
+                Some(_) => child::release_child(ctx.kernel, None, &att),
+                None => move_dev::release_device(ctx.kernel, None, &att),
+            })
             .and_then(|_| {
                 ctx.store
                     .remove(&att.network, &att.container_id, &att.ifname)

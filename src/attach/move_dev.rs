@@ -10,6 +10,7 @@ use std::path::Path;
 use ipnetwork::IpNetwork;
 
 use crate::attach::config::PluginConf;
+use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
 use crate::attach::select::select_host_device;
 use crate::attach::state::{Attachment, HostDevice, Phase};
@@ -17,7 +18,7 @@ use crate::attach::{open_netns, Ctx};
 use crate::cni::result::{CniResult, Interface, IpConfig};
 use crate::cni::Request;
 use crate::error::{Error, Result};
-use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns, RouteSpec};
+use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns};
 
 /// The lock/state key of a device: its PCI function when it has one (stable across renames and
 /// netns moves), else its permanent or current hardware address.
@@ -93,6 +94,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         pod_ifindex: None,
         pod_mtu: None,
         ipam_result: None,
+        child: None,
     };
 
     let mut plan = Plan::new(ctx.fail_after.clone());
@@ -199,72 +201,7 @@ fn add_steps<'a>(
     att.pod_mtu = Some(pod_link.mtu);
 
     let mut result = ipam.unwrap_or_default();
-    for ip in &result.ips {
-        let addr = ip.address;
-        k.add_address(pod, pod_link.index, addr).map_err(|e| {
-            Error::kernel(
-                format!("adding address {addr} to {} in the pod", req.env.ifname),
-                e,
-            )
-        })?;
-        let index = pod_link.index;
-        plan.on_undo("address", move || {
-            k.del_address(pod, index, addr)
-                .map_err(|e| Error::kernel(format!("removing address {addr}"), e))
-        });
-    }
-    plan.checkpoint("addresses")?;
-
-    k.set_link(
-        pod,
-        pod_link.index,
-        &LinkChange {
-            up: Some(true),
-            ..Default::default()
-        },
-    )
-    .map_err(|e| Error::kernel(format!("setting {} up in the pod", req.env.ifname), e))?;
-    let index = pod_link.index;
-    plan.on_undo("up", move || {
-        k.set_link(
-            pod,
-            index,
-            &LinkChange {
-                up: Some(false),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| Error::kernel("setting the interface down", e))
-    });
-    plan.checkpoint("up")?;
-
-    for route in &result.routes {
-        let spec = RouteSpec {
-            dst: route.dst,
-            gateway: route.gw,
-            oif: pod_link.index,
-            metric: route.priority,
-            mtu: route.mtu,
-            table: route.table,
-            scope: route.scope,
-        };
-        k.add_route(pod, &spec).map_err(|e| {
-            Error::kernel(
-                format!(
-                    "adding route {}{} on {} in the pod",
-                    route.dst,
-                    route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
-                    req.env.ifname
-                ),
-                e,
-            )
-        })?;
-        plan.on_undo("route", move || {
-            k.del_route(pod, &spec)
-                .map_err(|e| Error::kernel(format!("removing route {}", spec.dst), e))
-        });
-    }
-    plan.checkpoint("routes")?;
+    configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
 
     att.phase = Phase::Ready;
     att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
@@ -635,26 +572,37 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
             )));
         }
     }
-    if let Some(prev) = &req.conf.prev_result {
-        let have = ctx
-            .kernel
-            .addresses(Ns::Pod(&ns), link.index)
-            .map_err(|e| Error::kernel(format!("reading addresses of {}", req.env.ifname), e))?;
-        for ip in prev_ips_for(prev, &req.env.ifname) {
-            if !have.contains(&ip.address) {
-                return Err(Error::CheckFailed(format!(
-                    "{} in the pod lacks address {} from prevResult (has {})",
-                    req.env.ifname,
-                    ip.address,
-                    have.iter()
-                        .map(|a| a.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
+    check_prev_addresses(ctx.kernel, &ns, &link, req)?;
+    ctx.ipam.check(req)
+}
+
+/// CHECK's address part: every prevResult IP of this interface is on the pod link.
+pub fn check_prev_addresses(
+    kernel: &dyn NetOps,
+    ns: &Netns,
+    link: &Link,
+    req: &Request,
+) -> Result<()> {
+    let Some(prev) = &req.conf.prev_result else {
+        return Ok(());
+    };
+    let have = kernel
+        .addresses(Ns::Pod(ns), link.index)
+        .map_err(|e| Error::kernel(format!("reading addresses of {}", req.env.ifname), e))?;
+    for ip in prev_ips_for(prev, &req.env.ifname) {
+        if !have.contains(&ip.address) {
+            return Err(Error::CheckFailed(format!(
+                "{} in the pod lacks address {} from prevResult (has {})",
+                req.env.ifname,
+                ip.address,
+                have.iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         }
     }
-    ctx.ipam.check(req)
+    Ok(())
 }
 
 /// prevResult's IPs that belong to `ifname` (or carry no interface index at all).

@@ -73,6 +73,44 @@ pub struct Attachment {
     /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipam_result: Option<serde_json::Value>,
+    /// Child-interface modes (macvlan, ipoib): what was created. `host` is then the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<ChildRecord>,
+}
+
+/// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
+/// child to the host under another name) and what CHECK compares.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRecord {
+    /// IFLA_INFO_KIND: `macvlan` or `ipoib`.
+    pub kind: String,
+    pub hwaddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipoib: Option<IpoibRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macvlan_mode: Option<u32>,
+    /// The mode/MTU decision, e.g. "ipoib datagram on ib0, MTU 2044 (auto)".
+    pub summary: String,
+}
+
+/// IPoIB settings as the kernel reported them after creation (IFLA_INFO_DATA).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IpoibRecord {
+    pub pkey: Option<u16>,
+    /// 0 datagram, 1 connected.
+    pub mode: Option<u16>,
+    pub umcast: Option<u16>,
+}
+
+impl From<crate::kernel::IpoibInfo> for IpoibRecord {
+    fn from(i: crate::kernel::IpoibInfo) -> Self {
+        IpoibRecord {
+            pkey: i.pkey,
+            mode: i.mode,
+            umcast: i.umcast,
+        }
+    }
 }
 
 impl Attachment {
@@ -364,6 +402,7 @@ mod tests {
             pod_ifindex: Some(7),
             pod_mtu: Some(9000),
             ipam_result: None,
+            child: None,
         }
     }
 

@@ -63,12 +63,54 @@ pub struct Link {
     pub parent_bus: Option<String>,
     /// IFLA_LINK: the lower device's ifindex (macvlan/ipoib children, veth peers).
     pub link: Option<u32>,
+    /// IFLA_INFO_DATA attributes as (type, value), for the kinds whose settings are read back
+    /// (ipoib, macvlan): netlink-created IPoIB children have no mode/pkey/umcast in sysfs.
+    pub info_data: Vec<(u16, Vec<u8>)>,
+}
+
+/// IFLA_IPOIB_* settings of an IPoIB link (linux/if_link.h; all u16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpoibInfo {
+    pub pkey: Option<u16>,
+    /// IPOIB_MODE_DATAGRAM = 0, IPOIB_MODE_CONNECTED = 1.
+    pub mode: Option<u16>,
+    pub umcast: Option<u16>,
 }
 
 impl Link {
     /// The hardware address in the usual `aa:bb:...` lowercase form.
     pub fn hwaddr_string(&self) -> String {
         format_hwaddr(&self.hwaddr)
+    }
+
+    fn info_u16(&self, kind: u16) -> Option<u16> {
+        self.info_data
+            .iter()
+            .find(|(k, v)| *k == kind && v.len() >= 2)
+            .map(|(_, v)| u16::from_ne_bytes([v[0], v[1]]))
+    }
+
+    fn info_u32(&self, kind: u16) -> Option<u32> {
+        self.info_data
+            .iter()
+            .find(|(k, v)| *k == kind && v.len() >= 4)
+            .map(|(_, v)| u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))
+    }
+
+    /// IPoIB settings, when this is an `ipoib` link.
+    pub fn ipoib_info(&self) -> Option<IpoibInfo> {
+        (self.kind.as_deref() == Some("ipoib")).then(|| IpoibInfo {
+            pkey: self.info_u16(1),
+            mode: self.info_u16(2),
+            umcast: self.info_u16(3),
+        })
+    }
+
+    /// IFLA_MACVLAN_MODE (u32), when this is a `macvlan` link.
+    pub fn macvlan_mode(&self) -> Option<u32> {
+        (self.kind.as_deref() == Some("macvlan"))
+            .then(|| self.info_u32(1))
+            .flatten()
     }
 
     /// The PCI address of the device's parent, when its parent is a PCI function.

@@ -24,6 +24,7 @@ const IFLA_PERM_ADDRESS: u16 = 54;
 const IFLA_PARENT_DEV_NAME: u16 = 56;
 const IFLA_PARENT_DEV_BUS_NAME: u16 = 57;
 const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
 
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
@@ -70,8 +71,15 @@ pub fn link(payload: &[u8]) -> Result<Link, String> {
             IFLA_LINKINFO => {
                 for info in NlasIterator::new(value) {
                     let info = info.map_err(|e| format!("IFLA_LINKINFO: {e}"))?;
-                    if info.kind() == IFLA_INFO_KIND {
-                        link.kind = Some(nul_string(info.value()));
+                    match info.kind() {
+                        IFLA_INFO_KIND => link.kind = Some(nul_string(info.value())),
+                        IFLA_INFO_DATA => {
+                            for data in NlasIterator::new(info.value()) {
+                                let data = data.map_err(|e| format!("IFLA_INFO_DATA: {e}"))?;
+                                link.info_data.push((data.kind(), data.value().to_vec()));
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -166,7 +174,10 @@ mod tests {
         p.extend(nla(IFLA_PARENT_DEV_NAME, b"0000:3b:00.2\0"));
         p.extend(nla(IFLA_PARENT_DEV_BUS_NAME, b"pci\0"));
         let mut info = nla(IFLA_INFO_KIND, b"ipoib\0");
-        info.extend(nla(2, &[1, 2, 3, 4]));
+        let mut data = nla(1, &0x8001u16.to_ne_bytes());
+        data.extend(nla(2, &1u16.to_ne_bytes()));
+        data.extend(nla(3, &0u16.to_ne_bytes()));
+        info.extend(nla(IFLA_INFO_DATA, &data));
         p.extend(nla(IFLA_LINKINFO, &info));
         let mut props = nla(IFLA_ALT_IFNAME, b"enp59s0f2\0");
         props.extend(nla(IFLA_ALT_IFNAME, b"a-very-long-alternative-name\0"));
@@ -190,9 +201,23 @@ mod tests {
                 parent_dev: Some("0000:3b:00.2".into()),
                 parent_bus: Some("pci".into()),
                 link: Some(3),
+                info_data: vec![
+                    (1, 0x8001u16.to_ne_bytes().to_vec()),
+                    (2, 1u16.to_ne_bytes().to_vec()),
+                    (3, 0u16.to_ne_bytes().to_vec()),
+                ],
             }
         );
         assert_eq!(link.pci_address(), Some("0000:3b:00.2"));
+        assert_eq!(
+            link.ipoib_info(),
+            Some(crate::kernel::IpoibInfo {
+                pkey: Some(0x8001),
+                mode: Some(1),
+                umcast: Some(0)
+            })
+        );
+        assert_eq!(link.macvlan_mode(), None);
     }
 
     #[test]

@@ -1,0 +1,577 @@
+//! Modes `macvlan` and `ipoib`: a child interface of a host RoCE or IPoIB netdev, created
+//! directly inside the pod netns with its final name (shared netns mode: the ib device stays in
+//! the host and is shared).
+//!
+//! One RTM_NEWLINK carries IFLA_LINK (the parent, in the host), IFLA_NET_NS_FD (the pod) and
+//! IFLA_IFNAME: creating in place costs a fraction of a millisecond, against tens of
+//! milliseconds for create-then-move (the netns move is the expensive kernel operation), and
+//! the host's udev never sees a temporary device.
+
+use std::path::Path;
+
+use crate::attach::config::{IpoibModeConf, PluginConf};
+use crate::attach::ipconf::configure_pod_interface;
+use crate::attach::plan::Plan;
+use crate::attach::select::{select_host_device, Selector};
+use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord, Phase};
+use crate::attach::{open_netns, Ctx};
+use crate::cni::result::{CniResult, Interface};
+use crate::cni::Request;
+use crate::error::{Error, Result};
+use crate::kernel::{
+    format_hwaddr, Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns,
+};
+
+/// ARPHRD_INFINIBAND (linux/if_arp.h): the link type of IPoIB netdevs.
+pub const ARPHRD_INFINIBAND: u16 = 32;
+/// ARPHRD_ETHER.
+pub const ARPHRD_ETHER: u16 = 1;
+/// IPOIB_CM_MTU (ipoib.h): the largest MTU, reachable only in connected mode.
+pub const IPOIB_CM_MTU: u32 = 65520;
+const IPOIB_MODE_DATAGRAM: u16 = 0;
+const IPOIB_MODE_CONNECTED: u16 = 1;
+
+/// What the child will be, decided from the conf and the parent before anything changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildPlan {
+    pub kind: LinkKind,
+    /// MTU to end with; None keeps what the kernel gives (the parent's, for macvlan).
+    pub mtu: Option<u32>,
+    pub hwaddr: Option<Vec<u8>>,
+    /// Human-readable choice, logged and recorded (e.g. "connected, MTU 65520 (auto)").
+    pub summary: String,
+}
+
+/// Which parent: a device plugin's allocation (`runtimeConfig.deviceID`, `deviceID`) wins,
+/// then `master`.
+fn parent_selector(req: &Request, pc: &PluginConf) -> Result<Selector> {
+    if let Some(id) = req
+        .conf
+        .runtime_config
+        .device_id
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        return Selector::from_device_id("runtimeConfig.deviceID", id);
+    }
+    if let Some(id) = req.conf.raw_str("deviceID")?.filter(|s| !s.is_empty()) {
+        return Selector::from_device_id("deviceID", &id);
+    }
+    match &pc.child.master {
+        Some(m) => Ok(Selector::Name(m.clone())),
+        None => Err(Error::config(
+            "master",
+            format!(
+                "mode {} needs `master` (the parent netdev, e.g. {}) or a deviceID",
+                pc.mode.as_str(),
+                if pc.mode == crate::attach::config::Mode::Ipoib {
+                    "ib0"
+                } else {
+                    "ens1f0np0"
+                }
+            ),
+        )),
+    }
+}
+
+/// Decides kind, MTU and address of a macvlan child of `parent`.
+pub fn plan_macvlan(parent: &Link, pc: &PluginConf, mac: Option<Vec<u8>>) -> Result<ChildPlan> {
+    if parent.link_type != ARPHRD_ETHER {
+        return Err(Error::ParentUnsuitable(format!(
+            "macvlan needs an Ethernet (RoCE) parent, but {} has link type {}{}; for IPoIB use \
+             mode \"ipoib\"",
+            parent.name,
+            parent.link_type,
+            if parent.link_type == ARPHRD_INFINIBAND {
+                " (InfiniBand)"
+            } else {
+                ""
+            }
+        )));
+    }
+    if let Some(m) = pc.mtu {
+        if m > parent.mtu {
+            return Err(Error::config(
+                "mtu",
+                format!(
+                    "{m} is above the parent {}'s MTU {}: a macvlan child cannot exceed its parent",
+                    parent.name, parent.mtu
+                ),
+            ));
+        }
+    }
+    let mode = pc.child.macvlan_mode.unwrap_or(MacvlanMode::Bridge);
+    Ok(ChildPlan {
+        kind: LinkKind::Macvlan { mode },
+        mtu: pc.mtu,
+        summary: format!(
+            "macvlan {mode:?} on {}, MTU {}",
+            parent.name,
+            pc.mtu.unwrap_or(parent.mtu)
+        ),
+        hwaddr: mac,
+    })
+}
+
+/// Decides IPoIB mode and MTU. Byte 0 of the parent's 20-byte address carries the RC flag
+/// (0x80, `IPOIB_CM_SUPPORTED`); Enhanced IPoIB (mlx5, ConnectX-4+) leaves it 0 and supports
+/// datagram only, where asking for connected mode fails with EINVAL.
+pub fn plan_ipoib(parent: &Link, pc: &PluginConf) -> Result<ChildPlan> {
+    if parent.link_type != ARPHRD_INFINIBAND || parent.hwaddr.len() != 20 {
+        return Err(Error::ParentUnsuitable(format!(
+            "ipoib needs an IPoIB parent (link type 32, 20-byte address), but {} has link type \
+             {} and a {}-byte address; give the IPoIB netdev of an InfiniBand port as `master`",
+            parent.name,
+            parent.link_type,
+            parent.hwaddr.len()
+        )));
+    }
+    if !parent.up {
+        return Err(Error::ParentUnsuitable(format!(
+            "the IPoIB parent {} is down; bring it up (ip link set {} up) first",
+            parent.name, parent.name
+        )));
+    }
+    let cm_capable = parent.hwaddr[0] & 0x80 != 0;
+    let requested = pc.child.ipoib_mode.unwrap_or(IpoibModeConf::Auto);
+    let connected = match requested {
+        IpoibModeConf::Connected if !cm_capable => {
+            return Err(Error::ParentUnsuitable(format!(
+                "ipoibMode connected was asked, but {} runs Enhanced IPoIB (address byte 0 is \
+                 {:#04x}, no RC flag): ConnectX-4 and later are datagram-only there. Use \
+                 ipoibMode datagram or auto; to get connected mode load MLNX_OFED's ib_ipoib \
+                 with ipoib_enhanced=0 (upstream kernels have no such parameter)",
+                parent.name, parent.hwaddr[0]
+            )))
+        }
+        IpoibModeConf::Connected => true,
+        IpoibModeConf::Datagram => false,
+        IpoibModeConf::Auto => cm_capable,
+    };
+    let limit = if connected { IPOIB_CM_MTU } else { parent.mtu };
+    let mtu =
+        match pc.mtu {
+            Some(m) if m > limit => {
+                return Err(Error::config(
+                    "mtu",
+                    format!(
+                    "{m} is above the {} limit {limit} for a child of {} (connected mode allows \
+                     up to 65520; datagram mode up to the parent's MTU)",
+                    if connected { "connected-mode" } else { "datagram-mode" },
+                    parent.name
+                ),
+                ))
+            }
+            Some(m) => m,
+            None => limit,
+        };
+    let how = match requested {
+        IpoibModeConf::Auto => " (auto)",
+        _ => "",
+    };
+    Ok(ChildPlan {
+        kind: LinkKind::Ipoib {
+            pkey: pc.child.pkey,
+            mode: Some(if connected {
+                IPOIB_MODE_CONNECTED
+            } else {
+                IPOIB_MODE_DATAGRAM
+            }),
+            umcast: pc.child.umcast.map(u16::from),
+        },
+        mtu: Some(mtu),
+        hwaddr: None,
+        summary: format!(
+            "ipoib {} on {}, MTU {mtu}{how}",
+            if connected { "connected" } else { "datagram" },
+            parent.name
+        ),
+    })
+}
+
+/// The MAC for a macvlan child: runtimeConfig.mac (the `mac` capability), then CNI_ARGS MAC (as
+/// podman sends it), then the conf's `mac`.
+fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
+    if req
+        .conf
+        .runtime_config
+        .mac
+        .as_deref()
+        .is_some_and(|m| !m.is_empty())
+    {
+        return Ok(pc.child.mac.clone());
+    }
+    if let Some(text) = req.env.args.mac()? {
+        return crate::attach::config::parse_unicast_mac("CNI_ARGS MAC", &text).map(Some);
+    }
+    Ok(pc.child.mac.clone())
+}
+
+pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+    let selector = parent_selector(req, pc)?;
+    let netns = open_netns(req.env.netns.as_deref())?;
+    let parent = select_host_device(ctx.kernel, ctx.sys, &selector)?;
+    let child = match pc.mode {
+        crate::attach::config::Mode::Ipoib => plan_ipoib(&parent, pc)?,
+        _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
+    };
+    if let Some(existing) = ctx
+        .kernel
+        .link_by_name(Ns::Pod(&netns), &req.env.ifname)
+        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+    {
+        return Err(taken(&netns, &req.env.ifname, Some(existing.index)));
+    }
+    crate::log::info(&format!("{}: {}", req.env.ifname, child.summary));
+    let mut att = Attachment {
+        network: req.conf.name.clone(),
+        container_id: req.env.container_id.clone(),
+        ifname: req.env.ifname.clone(),
+        mode: pc.mode.as_str().to_string(),
+        phase: Phase::Adding,
+        netns: netns.path().display().to_string(),
+        device_key: format!(
+            "child-{}-{}-{}",
+            req.conf.name, req.env.container_id, req.env.ifname
+        ),
+        host: HostDevice {
+            name: parent.name.clone(),
+            ifindex: parent.index,
+            mtu: parent.mtu,
+            hwaddr: parent.hwaddr_string(),
+            perm_hwaddr: None,
+            pci: parent.pci_address().map(str::to_string),
+            was_up: parent.up,
+            addresses: Vec::new(),
+        },
+        pod_ifindex: None,
+        pod_mtu: None,
+        ipam_result: None,
+        child: Some(ChildRecord {
+            kind: child.kind.kind_name().to_string(),
+            hwaddr: None,
+            ipoib: None,
+            macvlan_mode: None,
+            summary: child.summary.clone(),
+        }),
+    };
+    let mut plan = Plan::new(ctx.fail_after.clone());
+    match add_steps(ctx, req, &netns, &parent, &child, &mut att, &mut plan) {
+        Ok(r) => {
+            plan.commit();
+            Ok(r)
+        }
+        Err(e) => Err(plan.rollback(e)),
+    }
+}
+
+fn taken(netns: &Netns, ifname: &str, index: Option<u32>) -> Error {
+    Error::IfnameTaken(format!(
+        "the pod netns {} already has an interface named {ifname}{}; pick another CNI_IFNAME",
+        netns.path().display(),
+        index.map(|i| format!(" (ifindex {i})")).unwrap_or_default()
+    ))
+}
+
+fn add_steps<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    netns: &'a Netns,
+    parent: &Link,
+    child: &ChildPlan,
+    att: &mut Attachment,
+    plan: &mut Plan<'a>,
+) -> Result<CniResult> {
+    let k = ctx.kernel;
+    let pod = Ns::Pod(netns);
+
+    ctx.store.save(att)?;
+    let (net, cid, ifn) = (
+        att.network.clone(),
+        att.container_id.clone(),
+        att.ifname.clone(),
+    );
+    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
+    plan.checkpoint("state-intent")?;
+
+    let ipam = ctx.ipam.add(req)?;
+    if ipam.is_some() {
+        plan.on_undo("ipam", move || ctx.ipam.del(req));
+    }
+    plan.checkpoint("ipam")?;
+
+    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
+    let spec = NewLink {
+        name: req.env.ifname.clone(),
+        kind: child.kind,
+        parent_index: parent.index,
+        target_netns: Some(pod),
+        // An IPoIB child's MTU is set after creation: switching a child to connected mode
+        // resets its MTU to the connected-mode maximum (ipoib_set_mode).
+        mtu: if is_ipoib { None } else { child.mtu },
+        hwaddr: child.hwaddr.clone(),
+    };
+    k.create_link(Ns::Host, &spec).map_err(|e| {
+        if e.is_errno(nix::errno::Errno::EEXIST) {
+            return taken(netns, &req.env.ifname, None);
+        }
+        let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
+            format!(
+                " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB netdev of \
+                 an InfiniBand port, with ib_ipoib loaded)",
+                parent.name
+            )
+        } else {
+            String::new()
+        };
+        Error::kernel(
+            format!(
+                "creating {} child {} of {} in the pod netns {}{hint}",
+                child.kind.kind_name(),
+                req.env.ifname,
+                parent.name,
+                netns.path().display()
+            ),
+            e,
+        )
+    })?;
+    let link = k
+        .link_by_name(pod, &req.env.ifname)
+        .map_err(|e| {
+            Error::kernel(
+                format!("looking up the new {} in the pod", req.env.ifname),
+                e,
+            )
+        })?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "{} was created but is not in the pod netns",
+                req.env.ifname
+            ))
+        })?;
+    let index = link.index;
+    plan.on_undo("create", move || {
+        k.delete_link(pod, index)
+            .map_err(|e| Error::kernel("deleting the child interface", e))
+    });
+    plan.checkpoint("create")?;
+
+    let mut link = link;
+    if let (true, Some(mtu)) = (is_ipoib, child.mtu) {
+        if link.mtu != mtu {
+            k.set_link(
+                pod,
+                index,
+                &LinkChange {
+                    mtu: Some(mtu),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| Error::kernel(format!("setting MTU {mtu} on {}", req.env.ifname), e))?;
+            link.mtu = mtu;
+        }
+    }
+    if let Some(rec) = att.child.as_mut() {
+        rec.hwaddr = Some(link.hwaddr_string());
+        rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
+        rec.macvlan_mode = link.macvlan_mode();
+    }
+    att.pod_ifindex = Some(index);
+    att.pod_mtu = Some(link.mtu);
+
+    let mut result = ipam.unwrap_or_default();
+    configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
+
+    att.phase = Phase::Ready;
+    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
+        None
+    } else {
+        Some(result.to_value("1.1.0")?)
+    };
+    ctx.store.save(att)?;
+    plan.checkpoint("state")?;
+
+    result.interfaces = vec![Interface {
+        name: req.env.ifname.clone(),
+        mac: Some(link.hwaddr_string()),
+        mtu: Some(link.mtu),
+        sandbox: Some(netns.path().display().to_string()),
+        pci_id: att.host.pci.clone(),
+        ..Default::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    Ok(result)
+}
+
+/// DEL: delete the child wherever it is (in the pod; or, for IPoIB, back in the host: the kernel
+/// refunds IPoIB netdevs to the host when their netns dies, renamed `dev<ifindex>` on a clash),
+/// release IPAM, drop the record.
+pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+    let mut errors = Vec::new();
+    let att = match ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
+    {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    if let Some(att) = &att {
+        if let Err(e) = release_child(ctx.kernel, req.env.netns.as_deref(), att) {
+            errors.push(e);
+        }
+    }
+    if let Err(e) = ctx.ipam.del(req) {
+        errors.push(e);
+    }
+    if errors.is_empty() && att.is_some() {
+        ctx.store
+            .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
+    }
+    Error::collect(errors)
+}
+
+fn is_our_child(link: &Link, att: &Attachment) -> bool {
+    let rec = att.child.as_ref();
+    rec.and_then(|r| r.hwaddr.as_deref()) == Some(format_hwaddr(&link.hwaddr).as_str())
+        && link.kind.as_deref() == rec.map(|r| r.kind.as_str())
+}
+
+/// Deletes an attachment's child interface from wherever it is now.
+pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+    let path = netns
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| att.netns.clone().into());
+    if let Ok(ns) = Netns::open(&path) {
+        let pod = Ns::Pod(&ns);
+        let err = |e| Error::kernel(format!("looking for {} in the pod", att.ifname), e);
+        let by_index = match att.pod_ifindex {
+            Some(i) => kernel.link_by_index(pod, i).map_err(err)?,
+            None => None,
+        };
+        let found = match by_index.filter(|l| is_our_child(l, att)) {
+            Some(l) => Some(l),
+            None => kernel
+                .link_by_name(pod, &att.ifname)
+                .map_err(err)?
+                .filter(|l| is_our_child(l, att)),
+        };
+        if let Some(link) = found {
+            return kernel
+                .delete_link(pod, link.index)
+                .map_err(|e| Error::kernel(format!("deleting {} from the pod", att.ifname), e));
+        }
+    }
+    // Refunded to the host (IPoIB), maybe renamed dev<ifindex>: match the recorded identity.
+    let err = |e| Error::kernel(format!("looking for {} in the host", att.ifname), e);
+    let mut found = match att.pod_ifindex {
+        Some(i) => kernel
+            .link_by_index(Ns::Host, i)
+            .map_err(err)?
+            .filter(|l| is_our_child(l, att)),
+        None => None,
+    };
+    if found.is_none() && att.child.as_ref().is_some_and(|c| c.kind == "ipoib") {
+        found = kernel
+            .links(Ns::Host)
+            .map_err(err)?
+            .into_iter()
+            .find(|l| is_our_child(l, att));
+    }
+    match found {
+        Some(link) => kernel.delete_link(Ns::Host, link.index).map_err(|e| {
+            Error::kernel(
+                format!(
+                    "deleting {} (returned to the host as {})",
+                    att.ifname, link.name
+                ),
+                e,
+            )
+        }),
+        None => Ok(()),
+    }
+}
+
+/// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read back
+/// through IFLA_INFO_DATA), and has prevResult's addresses; then IPAM CHECK.
+pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+    let att = ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "no attachment record for container {} interface {} on network {}",
+                req.env.container_id, req.env.ifname, req.conf.name
+            ))
+        })?;
+    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
+    let ns = Netns::open(path).map_err(|e| {
+        Error::UnknownContainer(format!(
+            "pod netns {} cannot be opened: {e}",
+            path.display()
+        ))
+    })?;
+    let link = ctx
+        .kernel
+        .link_by_name(Ns::Pod(&ns), &req.env.ifname)
+        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "{} is missing from the pod netns {}",
+                req.env.ifname,
+                path.display()
+            ))
+        })?;
+    let rec = att
+        .child
+        .as_ref()
+        .ok_or_else(|| Error::State(format!("record of {} lacks the child section", att.id())))?;
+    let mismatch = |what: &str, have: String, want: String| {
+        Error::CheckFailed(format!(
+            "{} in the pod has {what} {have}, expected {want}",
+            req.env.ifname
+        ))
+    };
+    if link.kind.as_deref() != Some(rec.kind.as_str()) {
+        return Err(mismatch(
+            "kind",
+            format!("{:?}", link.kind),
+            rec.kind.clone(),
+        ));
+    }
+    if rec.hwaddr.as_deref() != Some(link.hwaddr_string().as_str()) {
+        return Err(mismatch(
+            "hwaddr",
+            link.hwaddr_string(),
+            format!("{:?}", rec.hwaddr),
+        ));
+    }
+    if let Some(mtu) = att.pod_mtu {
+        if link.mtu != mtu {
+            return Err(mismatch("MTU", link.mtu.to_string(), mtu.to_string()));
+        }
+    }
+    if let (Some(want), Some(have)) = (rec.ipoib, link.ipoib_info()) {
+        let have = IpoibRecord::from(have);
+        if have != want {
+            return Err(mismatch(
+                "IPoIB pkey/mode/umcast",
+                format!("{have:?}"),
+                format!("{want:?}"),
+            ));
+        }
+    }
+    if rec.macvlan_mode.is_some() && link.macvlan_mode() != rec.macvlan_mode {
+        return Err(mismatch(
+            "macvlan mode",
+            format!("{:?}", link.macvlan_mode()),
+            format!("{:?}", rec.macvlan_mode),
+        ));
+    }
+    crate::attach::move_dev::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
+    ctx.ipam.check(req)
+}

@@ -1,0 +1,345 @@
+//! Unit tests of the child-interface modes: MTU and mode decisions, one-request creation in the
+//! pod, rollback, and DEL wherever the kernel left the child.
+
+use std::ffi::OsString;
+
+use crate::attach::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
+use crate::attach::config::{IpoibModeConf, PluginConf};
+use crate::attach::fake::{FakeIpam, FakeKernel};
+use crate::attach::state::Store;
+use crate::attach::Ctx;
+use crate::cni::env::RawEnv;
+use crate::cni::{Command, NetConf, Request};
+use crate::kernel::sysfs::SysRoot;
+use crate::kernel::{Link, LinkKind};
+use crate::testutil::TempDir;
+
+const POD: &str = "/proc/self/ns/net";
+
+fn ib_parent(byte0: u8, mtu: u32, up: bool) -> Link {
+    let mut hwaddr = vec![0u8; 20];
+    hwaddr[0] = byte0;
+    hwaddr[4] = 0xfe;
+    hwaddr[5] = 0x80;
+    Link {
+        index: 5,
+        name: "ib0".into(),
+        mtu,
+        hwaddr,
+        up,
+        link_type: 32,
+        ..Default::default()
+    }
+}
+
+fn eth_parent() -> Link {
+    Link {
+        index: 4,
+        name: "ens1f0np0".into(),
+        mtu: 9000,
+        hwaddr: vec![2, 0, 0, 0, 0, 4],
+        up: true,
+        link_type: 1,
+        ..Default::default()
+    }
+}
+
+fn pc(json: serde_json::Value) -> PluginConf {
+    let mut base = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "rdma-ns"});
+    for (k, v) in json.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    let conf = NetConf::parse(base.to_string().as_bytes(), Command::Add).unwrap();
+    PluginConf::from_conf(&conf).unwrap()
+}
+
+#[test]
+fn ipoib_mode_and_mtu_follow_the_parent_and_the_table() {
+    use serde_json::json;
+    let cm = ib_parent(0x80, 2044, true);
+    let enhanced = ib_parent(0x00, 4092, true);
+    let cases: Vec<(Link, serde_json::Value, Result<(u16, u32), u64>)> = vec![
+        (cm.clone(), json!({"mode": "ipoib"}), Ok((1, IPOIB_CM_MTU))),
+        (enhanced.clone(), json!({"mode": "ipoib"}), Ok((0, 4092))),
+        (
+            cm.clone(),
+            json!({"mode": "ipoib", "ipoibMode": "datagram"}),
+            Ok((0, 2044)),
+        ),
+        (
+            cm.clone(),
+            json!({"mode": "ipoib", "ipoibMode": "connected", "mtu": 9000}),
+            Ok((1, 9000)),
+        ),
+        (
+            cm.clone(),
+            json!({"mode": "ipoib", "ipoibMode": "connected", "mtu": 65535}),
+            Err(7),
+        ),
+        (
+            cm.clone(),
+            json!({"mode": "ipoib", "ipoibMode": "datagram", "mtu": 4092}),
+            Err(7),
+        ),
+        (
+            enhanced.clone(),
+            json!({"mode": "ipoib", "ipoibMode": "connected"}),
+            Err(110),
+        ),
+        (
+            enhanced.clone(),
+            json!({"mode": "ipoib", "mtu": 2044}),
+            Ok((0, 2044)),
+        ),
+        (
+            ib_parent(0x80, 2044, false),
+            json!({"mode": "ipoib"}),
+            Err(110),
+        ),
+        (eth_parent(), json!({"mode": "ipoib"}), Err(110)),
+    ];
+    for (parent, conf, want) in cases {
+        let got = plan_ipoib(&parent, &pc(conf.clone()));
+        match (got, want) {
+            (Ok(p), Ok((mode, mtu))) => {
+                assert!(
+                    matches!(p.kind, LinkKind::Ipoib { mode: Some(m), .. } if m == mode),
+                    "{conf}: {p:?}"
+                );
+                assert_eq!(p.mtu, Some(mtu), "{conf}");
+            }
+            (Err(e), Err(code)) => assert_eq!(e.code() as u64, code, "{conf}: {e}"),
+            (got, want) => panic!("{conf}: got {got:?}, want {want:?}"),
+        }
+    }
+    let err = plan_ipoib(
+        &enhanced,
+        &pc(json!({"mode": "ipoib", "ipoibMode": "connected"})),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("Enhanced IPoIB") && err.to_string().contains("ipoib_enhanced=0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ipoib_pkey_and_umcast_reach_the_request() {
+    let p = plan_ipoib(
+        &ib_parent(0x80, 2044, true),
+        &pc(serde_json::json!({"mode": "ipoib", "pkey": "0x8001", "umcast": true, "ipoibMode": "datagram"})),
+    )
+    .unwrap();
+    assert_eq!(
+        p.kind,
+        LinkKind::Ipoib {
+            pkey: Some(0x8001),
+            mode: Some(0),
+            umcast: Some(1)
+        }
+    );
+    assert!(p.summary.contains("datagram"), "{}", p.summary);
+    let default = pc(serde_json::json!({"mode": "ipoib"}));
+    assert_eq!(default.child.ipoib_mode, Some(IpoibModeConf::Auto));
+    let p = plan_ipoib(&ib_parent(0x80, 2044, true), &default).unwrap();
+    assert!(
+        matches!(p.kind, LinkKind::Ipoib { pkey: None, .. }),
+        "no pkey: the parent's is inherited"
+    );
+}
+
+#[test]
+fn macvlan_needs_an_ethernet_parent_and_an_mtu_not_above_it() {
+    use serde_json::json;
+    assert!(plan_macvlan(
+        &eth_parent(),
+        &pc(json!({"mode": "macvlan", "mtu": 9000})),
+        None
+    )
+    .is_ok());
+    let e = plan_macvlan(
+        &eth_parent(),
+        &pc(json!({"mode": "macvlan", "mtu": 9001})),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), 7);
+    assert!(e.to_string().contains("9000"), "{e}");
+    let e = plan_macvlan(
+        &ib_parent(0x80, 2044, true),
+        &pc(json!({"mode": "macvlan"})),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), 110);
+    assert!(e.to_string().contains("ipoib"), "{e}");
+}
+
+struct World {
+    _tmp: TempDir,
+    kernel: FakeKernel,
+    ipam: FakeIpam,
+    sys: SysRoot,
+    store: Store,
+    conf: String,
+}
+
+fn request(command: Command, conf: &str, netns: &str) -> Request {
+    let vars: Vec<(OsString, OsString)> = [
+        ("CNI_COMMAND", command.as_str()),
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", "/nonexistent"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.into(), v.into()))
+    .collect();
+    Request {
+        env: RawEnv::from_vars(vars).validate(command).unwrap(),
+        conf: NetConf::parse(conf.as_bytes(), command).unwrap(),
+        stdin: Vec::new(),
+    }
+}
+
+impl World {
+    fn new(parent: Link, mode_fields: &str) -> World {
+        let tmp = TempDir::new("child");
+        let conf = format!(
+            r#"{{"cniVersion":"1.1.0","name":"cn","type":"rdma-ns","master":"{}",{mode_fields},
+                "dataDir":"{}","ipam":{{"type":"fake"}}}}"#,
+            parent.name,
+            tmp.path().join("data").display()
+        );
+        World {
+            kernel: FakeKernel::with_host_links(vec![parent]),
+            ipam: FakeIpam {
+                result: Some(crate::cni::result::CniResult {
+                    ips: vec![crate::cni::result::IpConfig {
+                        address: "10.9.0.5/24".parse().unwrap(),
+                        gateway: None,
+                        interface: None,
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            sys: SysRoot::new(tmp.path().join("sys")),
+            store: Store::new(tmp.path().join("data")),
+            conf,
+            _tmp: tmp,
+        }
+    }
+
+    fn ctx(&self, fail_after: Option<&str>) -> Ctx<'_> {
+        Ctx {
+            kernel: &self.kernel,
+            sys: &self.sys,
+            store: &self.store,
+            ipam: &self.ipam,
+            fail_after: fail_after.map(str::to_string),
+        }
+    }
+
+    fn run(
+        &self,
+        command: Command,
+        netns: &str,
+        fail_after: Option<&str>,
+    ) -> crate::error::Result<()> {
+        let req = request(command, &self.conf, netns);
+        let pc = PluginConf::from_conf(&req.conf).unwrap();
+        let ctx = self.ctx(fail_after);
+        match command {
+            Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
+            Command::Del => child::del(&ctx, &req, &pc),
+            _ => child::check(&ctx, &req, &pc),
+        }
+    }
+
+    fn children(&self) -> Vec<(String, Link)> {
+        self.kernel
+            .state
+            .borrow()
+            .links
+            .iter()
+            .filter(|(_, l)| l.link.is_some())
+            .cloned()
+            .collect()
+    }
+}
+
+#[test]
+fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
+    let w = World::new(eth_parent(), r#""mode":"macvlan","mtu":1500"#);
+    w.run(Command::Add, POD, None).unwrap();
+    let creates: Vec<_> = w
+        .kernel
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("create_link"))
+        .collect();
+    assert_eq!(creates, vec!["create_link host net1 parent=4"]);
+    let kids = w.children();
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].0, POD);
+    assert_eq!(kids[0].1.mtu, 1500);
+    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+    assert_eq!(att.child.as_ref().unwrap().kind, "macvlan");
+    assert_eq!(att.host.name, "ens1f0np0", "the parent is recorded");
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(w.children().is_empty());
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+    w.run(Command::Del, POD, None).unwrap();
+}
+
+#[test]
+fn a_failed_child_add_at_any_step_leaves_nothing() {
+    for step in [
+        "state-intent",
+        "ipam",
+        "create",
+        "addresses",
+        "up",
+        "routes",
+        "state",
+    ] {
+        let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+        let err = w.run(Command::Add, POD, Some(step)).unwrap_err();
+        assert!(err.to_string().contains(step), "{step}: {err}");
+        assert!(w.children().is_empty(), "{step}: child deleted");
+        assert!(
+            w.store.load("cn", "c1", "net1").unwrap().is_none(),
+            "{step}"
+        );
+    }
+}
+
+#[test]
+fn an_ipoib_child_refunded_to_the_host_is_found_and_deleted() {
+    let w = World::new(
+        ib_parent(0x80, 2044, true),
+        r#""mode":"ipoib","pkey":"0x8001""#,
+    );
+    w.run(Command::Add, POD, None).unwrap();
+    // The pod netns died: the kernel pushed the IPoIB child back to the host as dev<ifindex>.
+    {
+        let mut st = w.kernel.state.borrow_mut();
+        let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
+        kid.0 = "host".into();
+        kid.1.name = format!("dev{}", kid.1.index);
+        kid.1.kind = Some("ipoib".into());
+    }
+    w.run(Command::Del, "", None).unwrap();
+    assert!(w.children().is_empty(), "refunded child deleted");
+}
+
+#[test]
+fn a_name_taken_in_the_pod_is_refused_cleanly() {
+    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.kernel.fail_on("create_link", nix::errno::Errno::EEXIST);
+    let err = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(err.code(), 103, "{err}");
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+    assert_eq!(*w.ipam.calls.borrow(), vec!["add", "del"]);
+}
