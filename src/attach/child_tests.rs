@@ -53,12 +53,15 @@ fn pc(json: serde_json::Value) -> PluginConf {
     PluginConf::from_conf(&conf).unwrap()
 }
 
+/// (parent, conf fields, Ok((IPoIB mode, MTU)) or Err(CNI code)).
+type IpoibCase = (Link, serde_json::Value, Result<(u16, u32), u64>);
+
 #[test]
 fn ipoib_mode_and_mtu_follow_the_parent_and_the_table() {
     use serde_json::json;
     let cm = ib_parent(0x80, 2044, true);
     let enhanced = ib_parent(0x00, 4092, true);
-    let cases: Vec<(Link, serde_json::Value, Result<(u16, u32), u64>)> = vec![
+    let cases: Vec<IpoibCase> = vec![
         (cm.clone(), json!({"mode": "ipoib"}), Ok((1, IPOIB_CM_MTU))),
         (enhanced.clone(), json!({"mode": "ipoib"}), Ok((0, 4092))),
         (
