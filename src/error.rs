@@ -85,12 +85,13 @@ pub enum Error {
     #[error("{0}")]
     Netns(String),
 
-    /// 105: the kernel refused a netlink request.
+    /// 105: the kernel refused a netlink request. Boxed: KernelError is large, and every
+    /// `Result` in the crate would otherwise carry its size (clippy::result_large_err).
     #[error("{context}: {source}")]
     Kernel {
         context: String,
         #[source]
-        source: KernelError,
+        source: Box<KernelError>,
     },
 
     /// 106: attachment state on disk is unusable.
@@ -161,7 +162,7 @@ impl Error {
     pub fn kernel(context: impl Into<String>, source: KernelError) -> Self {
         Error::Kernel {
             context: context.into(),
-            source,
+            source: Box::new(source),
         }
     }
 

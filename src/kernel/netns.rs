@@ -31,7 +31,7 @@ impl Netns {
         let file = File::open(path)?;
         let fs = fstatfs(&file).map_err(io::Error::from)?;
         let magic = fs.filesystem_type().0 as i64;
-        if magic != NSFS_MAGIC && magic != PROC_SUPER_MAGIC.0 as i64 {
+        if magic != NSFS_MAGIC && fs.filesystem_type() != PROC_SUPER_MAGIC {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
