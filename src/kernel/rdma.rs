@@ -160,7 +160,8 @@ pub struct GidEntry {
 
 impl GidEntry {
     /// The IPv4 address of a RoCE v2 GID built from one: the kernel stores it IPv4-mapped
-    /// (`::ffff:a.b.c.d`, K:drivers/infiniband/core/roce_gid_mgmt.c `update_gid_ip`).
+    /// (`::ffff:a.b.c.d`; include/rdma/ib_addr.h `rdma_ip2gid`, called from
+    /// K:drivers/infiniband/core/roce_gid_mgmt.c `update_gid_ip`).
     pub fn ipv4(&self) -> Option<Ipv4Addr> {
         match self.gid_type {
             Some(GidType::RoceV2) => self.gid.to_ipv4_mapped(),
@@ -653,6 +654,10 @@ impl<'a> RdmaSysfs<'a> {
     /// The GID index and type that `ip` on `netdev` got on `ibdev` port `port`, if the kernel
     /// has added it yet (RoCE GIDs follow address changes from a workqueue, so a fresh address
     /// shows up a moment later). An unknown device or port is an error, not None.
+    ///
+    /// `netdev` is matched against the name the GID table stores, which is the name inside
+    /// the netdev's own netns: in shared mode a pod's macvlan shows up as `net1` here even
+    /// though the host's /sys/class/net has no such entry.
     pub fn find_gid_for_ip(
         &self,
         ibdev: &str,
@@ -665,6 +670,8 @@ impl<'a> RdmaSysfs<'a> {
 
     fn port_netdevs(&self, base: &Path, port: u32, parent: &IbParent) -> io::Result<Vec<String>> {
         match parent {
+            // rxe registers exactly one port (RXE_NUM_PORT = 1, K:drivers/infiniband/sw/rxe/
+            // rxe_param.h).
             IbParent::Netdev(n) => Ok(if port == 1 { vec![n.clone()] } else { vec![] }),
             IbParent::None => Ok(Vec::new()),
             IbParent::Device(_) => {
@@ -673,6 +680,8 @@ impl<'a> RdmaSysfs<'a> {
                 };
                 let mut out = Vec::new();
                 for n in list_abs(&dev.join("net"))? {
+                    // A netdev without `dev_port` (drivers that never set it) is port 1:
+                    // the kernel's default dev_port is 0.
                     let dev_port = read_opt_abs(&dev.join("net").join(&n).join("dev_port"))?
                         .and_then(|v| v.parse::<u32>().ok())
                         .unwrap_or(0);

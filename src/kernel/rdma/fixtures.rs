@@ -660,7 +660,8 @@ impl SysfsFixture {
     }
 
     /// (d) `rdma link add rxe0 type rxe netdev v0` over a veth pair, with the values a 6.1
-    /// kernel showed after `ip addr add 10.9.0.5/24 dev v0` (the real table has 1024 entries).
+    /// kernel showed after `ip addr add 10.9.0.5/24 dev v0` (the real table has 1024 entries,
+    /// RXE_PORT_GID_TBL_LEN).
     pub fn rxe_over_veth(&self) -> io::Result<()> {
         for (name, ifindex, address) in [
             ("v1", 2, "ee:3a:4b:5c:6d:7e"),
