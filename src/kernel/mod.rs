@@ -1,4 +1,5 @@
-//! What the kernel offers, with nothing about CNI: network namespaces, rtnetlink, sysfs.
+//! What the kernel offers, with nothing about CNI: network namespaces, rtnetlink, sysfs,
+//! RDMA topology ([`rdma`]) and RDMA netlink ([`rdma_nl`]).
 //!
 //! The attach layer talks to the kernel only through [`NetOps`], a narrow trait holding
 //! exactly what the attachment steps need. [`RealKernel`](netlink::RealKernel) implements it
@@ -7,6 +8,8 @@
 
 pub mod netlink;
 pub mod netns;
+pub mod rdma;
+pub mod rdma_nl;
 pub mod sysfs;
 
 use std::fmt;
