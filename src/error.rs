@@ -111,6 +111,11 @@ pub enum Error {
     #[error("{0}")]
     ParentUnsuitable(String),
 
+    /// 120: the RDMA subsystem cannot do what conf `rdma` asks (no RDMA netlink, shared netns
+    /// mode, no ib device for the netdev).
+    #[error("{0}")]
+    RdmaUnavailable(String),
+
     /// 109: several errors during DEL or GC, all reported.
     #[error("{} errors: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Multiple(Vec<Error>),
@@ -141,6 +146,7 @@ impl Error {
             Error::IpamExec(_) => 107,
             Error::CheckFailed(_) => 108,
             Error::ParentUnsuitable(_) => 110,
+            Error::RdmaUnavailable(_) => 120,
             Error::Multiple(errors) => match errors.as_slice() {
                 [only] => only.code(),
                 _ => 109,

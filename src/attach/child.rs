@@ -254,6 +254,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             macvlan_mode: None,
             summary: child.summary.clone(),
         }),
+        rdma: None,
     };
     let mut plan = Plan::new(ctx.fail_after.clone());
     match add_steps(ctx, req, &netns, &parent, &child, &mut att, &mut plan) {

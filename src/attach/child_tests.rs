@@ -5,7 +5,7 @@ use std::ffi::OsString;
 
 use crate::attach::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
 use crate::attach::config::{IpoibModeConf, PluginConf};
-use crate::attach::fake::{FakeIpam, FakeKernel};
+use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
 use crate::attach::state::Store;
 use crate::attach::Ctx;
 use crate::cni::env::RawEnv;
@@ -182,6 +182,7 @@ struct World {
     _tmp: TempDir,
     kernel: FakeKernel,
     ipam: FakeIpam,
+    rdma: FakeRdma<'static>,
     sys: SysRoot,
     store: Store,
     conf: String,
@@ -228,6 +229,7 @@ impl World {
                 ..Default::default()
             },
             sys: SysRoot::new(tmp.path().join("sys")),
+            rdma: FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Shared), &[]),
             store: Store::new(tmp.path().join("data")),
             conf,
             _tmp: tmp,
@@ -240,6 +242,7 @@ impl World {
             sys: &self.sys,
             store: &self.store,
             ipam: &self.ipam,
+            rdma: &self.rdma,
             fail_after: fail_after.map(str::to_string),
         }
     }

@@ -65,10 +65,12 @@ pub struct PluginConf {
     pub lock_timeout: Duration,
     /// Child-interface settings (modes macvlan and ipoib).
     pub child: ChildConf,
+    /// Conf `rdma`: what to do with the netdev's ib device (move mode).
+    pub rdma: crate::attach::rdma_dev::RdmaConf,
 }
 
 /// Static selectors an operator writes in the conf.
-const STATIC_SELECTORS: [&str; 3] = ["device", "hwaddr", "kernelpath"];
+const STATIC_SELECTORS: [&str; 4] = ["device", "hwaddr", "kernelpath", "rdmaDevice"];
 
 impl PluginConf {
     pub fn from_conf(conf: &NetConf) -> Result<PluginConf> {
@@ -114,12 +116,14 @@ impl PluginConf {
             Mode::Move => ChildConf::default(),
             Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
         };
+        let rdma = crate::attach::rdma_dev::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
         Ok(PluginConf {
             mode,
             mtu,
             data_dir,
             lock_timeout,
             child,
+            rdma,
         })
     }
 }
@@ -162,8 +166,8 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
     match given.as_slice() {
         [] => Err(Error::config(
             "device",
-            "move mode needs one of device, hwaddr, kernelpath, pciBusID or deviceID \
-             (or runtimeConfig.deviceID from a device plugin)",
+            "move mode needs one of device, hwaddr, kernelpath, rdmaDevice, pciBusID or \
+             deviceID (or runtimeConfig.deviceID from a device plugin)",
         )),
         [(field, value)] => match *field {
             "device" => {
@@ -177,6 +181,20 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
                     ));
                 }
                 Ok(Selector::Name(value.clone()))
+            }
+            "rdmaDevice" => {
+                if value.is_empty()
+                    || value.len() > 64
+                    || value.contains(['/', '\0'])
+                    || value == ".."
+                    || value == "."
+                {
+                    return Err(Error::config(
+                        "rdmaDevice",
+                        format!("{value:?} is not an ib device name"),
+                    ));
+                }
+                Ok(Selector::IbDevice(value.clone()))
             }
             "hwaddr" => parse_hwaddr(value).map(Selector::HwAddr).ok_or_else(|| {
                 Error::config(
@@ -197,7 +215,7 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
         several => Err(Error::config(
             several[0].0,
             format!(
-                "give only one of device, hwaddr, kernelpath; got {}",
+                "give only one of device, hwaddr, kernelpath, rdmaDevice; got {}",
                 several
                     .iter()
                     .map(|(f, v)| format!("{f}={v}"))

@@ -349,3 +349,93 @@ impl IpamOps for FakeIpam {
         Ok(())
     }
 }
+
+/// A fake RDMA subsystem: ib devices per namespace, and optionally the kernel's re-creation of
+/// an IPoIB netdev in the target netns when its ib device moves.
+pub struct FakeRdma<'k> {
+    pub mode: Option<crate::kernel::rdma_nl::NetnsMode>,
+    /// (namespace key, ib device name, index)
+    pub devices: RefCell<Vec<(String, String, u32)>>,
+    pub refuse: Option<nix::errno::Errno>,
+    pub port_state: u8,
+    pub calls: RefCell<Vec<String>>,
+    /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
+    /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
+    pub ipoib: Option<(&'k FakeKernel, Vec<u8>)>,
+}
+
+impl<'k> FakeRdma<'k> {
+    pub fn new(mode: Option<crate::kernel::rdma_nl::NetnsMode>, devices: &[(&str, u32)]) -> Self {
+        FakeRdma {
+            mode,
+            devices: RefCell::new(
+                devices
+                    .iter()
+                    .map(|(n, i)| ("host".to_string(), n.to_string(), *i))
+                    .collect(),
+            ),
+            refuse: None,
+            port_state: 4,
+            calls: RefCell::new(Vec::new()),
+            ipoib: None,
+        }
+    }
+
+    pub fn location(&self, name: &str) -> Option<String> {
+        self.devices
+            .borrow()
+            .iter()
+            .find(|(_, n, _)| n == name)
+            .map(|(k, _, _)| k.clone())
+    }
+}
+
+impl crate::kernel::rdma_ops::RdmaOps for FakeRdma<'_> {
+    fn netns_mode(&self) -> KResult<Option<crate::kernel::rdma_nl::NetnsMode>> {
+        self.calls.borrow_mut().push("netns_mode".into());
+        Ok(self.mode)
+    }
+
+    fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>> {
+        let key = ns_key(ns);
+        Ok(self
+            .devices
+            .borrow()
+            .iter()
+            .find(|(k, n, _)| *k == key && n == name)
+            .map(|(_, _, i)| *i))
+    }
+
+    fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
+        let line = format!("move_ib {} {index} -> {}", ns_key(ns), ns_key(target));
+        self.calls.borrow_mut().push(line.clone());
+        if let Some(errno) = self.refuse {
+            return Err(KernelError::new(line, "ib", ns, errno as i32));
+        }
+        let key = ns_key(ns);
+        let mut devs = self.devices.borrow_mut();
+        let dev = devs
+            .iter_mut()
+            .find(|(k, _, i)| *k == key && *i == index)
+            .ok_or_else(|| KernelError::new(line.clone(), "ib", ns, nix::libc::ENODEV))?;
+        dev.0 = ns_key(target);
+        if let Some((kernel, gid_addr)) = &self.ipoib {
+            let mut st = kernel.state.borrow_mut();
+            if let Some((k, l)) = st
+                .links
+                .iter_mut()
+                .find(|(_, l)| l.hwaddr.len() == 20 && l.hwaddr[4..] == gid_addr[4..])
+            {
+                *k = ns_key(target);
+                l.name = format!("ib{}", l.index);
+                l.hwaddr[1] = l.hwaddr[1].wrapping_add(1);
+                l.up = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn port_state(&self, _ns: Ns<'_>, _index: u32, _port: u32) -> KResult<Option<u8>> {
+        Ok(Some(self.port_state))
+    }
+}

@@ -5,6 +5,7 @@ pub mod config;
 pub mod ipconf;
 pub mod move_dev;
 pub mod plan;
+pub mod rdma_dev;
 pub mod select;
 pub mod state;
 
@@ -12,6 +13,8 @@ pub mod state;
 mod child_tests;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod rdma_tests;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +24,7 @@ use crate::cni::result::CniResult;
 use crate::cni::{Plugin, Request};
 use crate::error::{Error, Result};
 use crate::kernel::netlink::RealKernel;
+use crate::kernel::rdma_ops::{RdmaOps, RealRdma};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{NetOps, Netns};
 
@@ -78,6 +82,7 @@ pub struct Ctx<'a> {
     pub sys: &'a SysRoot,
     pub store: &'a Store,
     pub ipam: &'a dyn IpamOps,
+    pub rdma: &'a dyn RdmaOps,
     /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
     pub fail_after: Option<String>,
 }
@@ -116,6 +121,7 @@ impl RdmaNs {
             sys: &sys,
             store: &store,
             ipam: &DelegatedIpam,
+            rdma: &RealRdma::default(),
             fail_after: plan::fault_injection_point(),
         };
         f(&ctx, &pc)
@@ -179,7 +185,7 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
             .lock_device(&att.device_key, lock_timeout)
             .and_then(|_lock| match att.child {
                 Some(_) => child::release_child(ctx.kernel, None, &att),
-                None => move_dev::release_device(ctx.kernel, None, &att),
+                None => move_dev::release_device(ctx.kernel, ctx.rdma, None, &att),
             })
             .and_then(|_| {
                 ctx.store

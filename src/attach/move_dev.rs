@@ -12,12 +12,14 @@ use ipnetwork::IpNetwork;
 use crate::attach::config::PluginConf;
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
+use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
 use crate::attach::select::select_host_device;
 use crate::attach::state::{Attachment, HostDevice, Phase};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::{CniResult, Interface, IpConfig};
 use crate::cni::Request;
 use crate::error::{Error, Result};
+use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns};
 
 /// The lock/state key of a device: its PCI function when it has one (stable across renames and
@@ -55,6 +57,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             ))
         })?;
     refuse_if_held(ctx, req, &key, &dev)?;
+    let ib = plan_ib_move(ctx.rdma, ctx.sys, pc.rdma, &dev)?;
     if let Some(existing) = ctx
         .kernel
         .link_by_name(Ns::Pod(&netns), &req.env.ifname)
@@ -95,6 +98,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         pod_mtu: None,
         ipam_result: None,
         child: None,
+        rdma: ib,
     };
 
     let mut plan = Plan::new(ctx.fail_after.clone());
@@ -149,48 +153,87 @@ fn add_steps<'a>(
     }
     plan.checkpoint("ipam")?;
 
-    let host = att.host.clone();
-    let ifname = req.env.ifname.clone();
-    let addrs = host_addresses.to_vec();
-    let moved = k.set_link(
-        Ns::Host,
-        dev.index,
-        &LinkChange {
-            netns: Some(pod),
-            name: Some(req.env.ifname.clone()),
-            mtu: pc.mtu,
-            up: None,
-        },
-    );
-    // The kernel applies a combined change in parts (move, MTU, name) and does not undo the
-    // earlier parts when a later one fails: after an error the device may already sit in the pod
-    // under its host name. The undo is registered whenever the device left the host.
-    let left_host = match &moved {
-        Ok(()) => true,
-        Err(_) => {
-            !matches!(k.link_by_index(Ns::Host, dev.index), Ok(Some(ref l)) if l.hwaddr == dev.hwaddr)
-        }
-    };
-    if left_host {
-        plan.on_undo("move", move || undo_move(k, netns, &host, &ifname, &addrs));
+    // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
+    // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
+    // follows its ib device by itself, re-created by the kernel in the target netns.
+    if let Some(rec) = att.rdma.clone() {
+        ctx.rdma
+            .move_device(Ns::Host, rec.index, pod)
+            .map_err(|e| {
+                rdma_dev::move_error(
+                    &rec,
+                    &format!("into the pod netns {}", netns.path().display()),
+                    e,
+                )
+            })?;
+        let host = att.host.clone();
+        let addrs = host_addresses.to_vec();
+        plan.on_undo("ib-move", move || {
+            return_ib_device(k, ctx.rdma, Some(netns), &rec, &host)?;
+            match (
+                rec.infiniband,
+                rdma_dev::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)?,
+            ) {
+                (true, Some(link)) => restore_host_setup(k, link.index, &host, &addrs),
+                _ => Ok(()),
+            }
+        });
+        plan.checkpoint("ib-move")?;
     }
-    moved.map_err(|e| {
-        Error::kernel(
-            format!(
-                "moving {} into the pod netns {} as {}",
-                dev.name,
-                netns.path().display(),
-                req.env.ifname
-            ),
-            e,
-        )
-    })?;
-    plan.checkpoint("move")?;
+
+    if att.rdma.as_ref().is_some_and(|r| r.infiniband) {
+        let link = rdma_dev::find_ipoib_netdev(k, pod, &att.host.hwaddr)?.ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device                  moved there",
+                dev.name, att.host.hwaddr
+            ))
+        })?;
+        rdma_dev::rename_ipoib(k, pod, &link, &req.env.ifname, pc.mtu)?;
+        plan.checkpoint("move")?;
+    } else {
+        let host = att.host.clone();
+        let ifname = req.env.ifname.clone();
+        let addrs = host_addresses.to_vec();
+        let moved = k.set_link(
+            Ns::Host,
+            dev.index,
+            &LinkChange {
+                netns: Some(pod),
+                name: Some(req.env.ifname.clone()),
+                mtu: pc.mtu,
+                up: None,
+            },
+        );
+        // The kernel applies a combined change in parts (move, MTU, name) and does not undo the
+        // earlier parts when a later one fails: after an error the device may already sit in the pod
+        // under its host name. The undo is registered whenever the device left the host.
+        let left_host = match &moved {
+            Ok(()) => true,
+            Err(_) => {
+                !matches!(k.link_by_index(Ns::Host, dev.index), Ok(Some(ref l)) if l.hwaddr == dev.hwaddr)
+            }
+        };
+        if left_host {
+            plan.on_undo("move", move || undo_move(k, netns, &host, &ifname, &addrs));
+        }
+        moved.map_err(|e| {
+            Error::kernel(
+                format!(
+                    "moving {} into the pod netns {} as {}",
+                    dev.name,
+                    netns.path().display(),
+                    req.env.ifname
+                ),
+                e,
+            )
+        })?;
+        plan.checkpoint("move")?;
+    }
 
     let pod_link = k
         .link_by_name(pod, &req.env.ifname)
         .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-        .filter(|l| l.hwaddr == dev.hwaddr)
+        .filter(|l| same_hwaddr(&l.hwaddr, &dev.hwaddr))
         .ok_or_else(|| {
             Error::DeviceNotFound(format!(
                 "{} was moved but is not in the pod netns as {}",
@@ -224,6 +267,44 @@ fn add_steps<'a>(
         ip.interface = Some(0);
     }
     Ok(result)
+}
+
+/// Brings an ib device back to the host: moved from inside the pod netns when it is there, or
+/// already returned by the kernel when the pod netns died. An IPoIB netdev is re-created by the
+/// kernel with its ib device: it is found by its port GID and given its host name and MTU.
+fn return_ib_device(
+    k: &dyn NetOps,
+    rdma: &dyn RdmaOps,
+    netns: Option<&Netns>,
+    rec: &RdmaRecord,
+    host: &HostDevice,
+) -> Result<()> {
+    if let Some(ns) = netns {
+        let pod = Ns::Pod(ns);
+        let index = rdma.device_index(pod, &rec.ibdev).map_err(|e| {
+            Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e)
+        })?;
+        if let Some(index) = index {
+            rdma.move_device(pod, index, Ns::Host)
+                .map_err(|e| rdma_dev::move_error(rec, "back to the host netns", e))?;
+        }
+    }
+    if rdma
+        .device_index(Ns::Host, &rec.ibdev)
+        .map_err(|e| Error::kernel(format!("looking up ib device {} in the host", rec.ibdev), e))?
+        .is_none()
+    {
+        crate::log::warn(&format!(
+            "ib device {} is neither in the pod netns nor back in the host yet",
+            rec.ibdev
+        ));
+    }
+    if rec.infiniband {
+        if let Some(link) = rdma_dev::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)? {
+            rdma_dev::rename_ipoib(k, Ns::Host, &link, &host.name, Some(host.mtu))?;
+        }
+    }
+    Ok(())
 }
 
 /// Rollback of the move: the device goes back to the host under its original name and MTU, with
@@ -274,7 +355,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     match &att {
         Some(att) => {
             let _lock = ctx.store.lock_device(&att.device_key, pc.lock_timeout)?;
-            if let Err(e) = release_device(ctx.kernel, req.env.netns.as_deref(), att) {
+            if let Err(e) = release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att) {
                 errors.push(e);
             }
         }
@@ -295,22 +376,37 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
 
 /// Brings an attachment's device back to the host, wherever it is now. `netns` is the pod netns
 /// path DEL got (may be empty, or gone); the recorded path is used when none is given.
-pub fn release_device(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+pub fn release_device(
+    kernel: &dyn NetOps,
+    rdma: &dyn RdmaOps,
+    netns: Option<&Path>,
+    att: &Attachment,
+) -> Result<()> {
     let host = &att.host;
     let path = netns
         .map(Path::to_path_buf)
         .unwrap_or_else(|| att.netns.clone().into());
     let mut open_error = None;
+    let mut pod_ns = None;
     if netns.is_some() || !att.netns.is_empty() {
         match Netns::open(&path) {
-            Ok(ns) => {
-                if let Some(link) = find_in_pod(kernel, &ns, att.pod_ifindex, &att.ifname, host)? {
-                    move_back_to_host(kernel, &ns, &link, host)?;
-                    return Ok(());
-                }
-            }
+            Ok(ns) => pod_ns = Some(ns),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => open_error = Some(e),
+        }
+    }
+    // The ib device first, from a socket inside the pod netns (from the host it is invisible in
+    // exclusive mode); an IPoIB netdev comes back with it.
+    if let Some(rec) = &att.rdma {
+        return_ib_device(kernel, rdma, pod_ns.as_ref(), rec, host)?;
+        if rec.infiniband {
+            return Ok(());
+        }
+    }
+    if let Some(ns) = &pod_ns {
+        if let Some(link) = find_in_pod(kernel, ns, att.pod_ifindex, &att.ifname, host)? {
+            move_back_to_host(kernel, ns, &link, host)?;
+            return Ok(());
         }
     }
     // The pod netns is gone (or never held it): physical netdevs come back to the host under their
@@ -337,9 +433,18 @@ pub fn release_device(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachmen
     }
 }
 
+/// Equal hardware addresses; for 20-byte IPoIB addresses only the port GID (bytes 4-19)
+/// counts: the flags and QPN in bytes 0-3 change when the kernel re-creates the netdev.
+fn same_hwaddr(a: &[u8], b: &[u8]) -> bool {
+    match (a.len(), b.len()) {
+        (20, 20) => a[4..] == b[4..],
+        _ => a == b,
+    }
+}
+
 fn same_device(link: &Link, host: &HostDevice) -> bool {
-    let hw = format_hwaddr(&link.hwaddr);
-    hw == host.hwaddr
+    let recorded = crate::kernel::parse_hwaddr(&host.hwaddr).unwrap_or_default();
+    same_hwaddr(&link.hwaddr, &recorded)
         || host.perm_hwaddr.is_some()
             && link.perm_hwaddr.as_deref().map(format_hwaddr) == host.perm_hwaddr
 }
@@ -572,8 +677,36 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
             )));
         }
     }
+    if let Some(rec) = &att.rdma {
+        check_ib_device(ctx.rdma, &ns, rec)?;
+    }
     check_prev_addresses(ctx.kernel, &ns, &link, req)?;
     ctx.ipam.check(req)
+}
+
+/// CHECK's RDMA part: the ib device is visible in the pod netns and its port is ACTIVE.
+pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Result<()> {
+    let pod = Ns::Pod(ns);
+    let index = rdma
+        .device_index(pod, &rec.ibdev)
+        .map_err(|e| Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e))?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "ib device {} is not visible in the pod netns",
+                rec.ibdev
+            ))
+        })?;
+    let state = rdma
+        .port_state(pod, index, rec.port)
+        .map_err(|e| Error::kernel(format!("reading port {} of {}", rec.port, rec.ibdev), e))?;
+    if state != Some(4) {
+        return Err(Error::CheckFailed(format!(
+            "port {} of ib device {} is not ACTIVE (state {:?}; 4 is ACTIVE): check the cable and \
+             the subnet manager / switch",
+            rec.port, rec.ibdev, state
+        )));
+    }
+    Ok(())
 }
 
 /// CHECK's address part: every prevResult IP of this interface is on the pod link.

@@ -25,6 +25,8 @@ pub enum Selector {
     },
     /// An auxiliary-bus `deviceID` such as `mlx5_core.sf.4` (mlx5 subfunctions).
     Aux { field: &'static str, name: String },
+    /// `rdmaDevice`: an ib device name (`mlx5_3`, `rocep59s0f2`); its netdev is selected.
+    IbDevice(String),
 }
 
 impl Selector {
@@ -36,6 +38,7 @@ impl Selector {
             Selector::KernelPath(p) => format!("kernelpath={p}"),
             Selector::Pci { field, address } => format!("{field}={address}"),
             Selector::Aux { field, name } => format!("{field}={name}"),
+            Selector::IbDevice(n) => format!("rdmaDevice={n}"),
         }
     }
 
@@ -126,6 +129,28 @@ pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selecto
         }
         Selector::Aux { name, .. } => {
             let names = sys.aux_netdevs(name).map_err(|e| sysfs_err(selector, e))?;
+            links_named(kernel, selector, names)
+        }
+        Selector::IbDevice(name) => {
+            let topo = crate::kernel::rdma::RdmaSysfs::new(sys);
+            if topo
+                .device(name)
+                .map_err(|e| sysfs_err(selector, e))?
+                .is_none()
+            {
+                return Err(Error::DeviceNotFound(format!(
+                    "{}: no such ib device in /sys/class/infiniband (in exclusive netns mode a \
+                     device attached to a pod is not visible from the host)",
+                    selector.describe()
+                )));
+            }
+            let mut names: Vec<String> = topo
+                .netdevs_of_ib_device(name)
+                .map_err(|e| sysfs_err(selector, e))?
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect();
+            names.dedup();
             links_named(kernel, selector, names)
         }
     }

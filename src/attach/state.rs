@@ -76,6 +76,9 @@ pub struct Attachment {
     /// Child-interface modes (macvlan, ipoib): what was created. `host` is then the parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<ChildRecord>,
+    /// The ib device moved along (exclusive netns mode), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<crate::attach::rdma_dev::RdmaRecord>,
 }
 
 /// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
@@ -403,6 +406,7 @@ mod tests {
             pod_mtu: Some(9000),
             ipam_result: None,
             child: None,
+            rdma: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use crate::attach::config::PluginConf;
-use crate::attach::fake::{FakeIpam, FakeKernel};
+use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
 use crate::attach::state::Store;
 use crate::attach::{move_dev, Ctx};
 use crate::cni::env::RawEnv;
@@ -83,6 +83,7 @@ struct World {
     _tmp: TempDir,
     kernel: FakeKernel,
     ipam: FakeIpam,
+    rdma: FakeRdma<'static>,
     sys: SysRoot,
     store: Store,
     conf: String,
@@ -101,6 +102,7 @@ impl World {
         World {
             store: Store::new(tmp.path().join("data")),
             sys: SysRoot::new(tmp.path().join("sys")),
+            rdma: FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Shared), &[]),
             kernel,
             ipam: FakeIpam {
                 result: Some(ipam_result()),
@@ -117,6 +119,7 @@ impl World {
             sys: &self.sys,
             store: &self.store,
             ipam: &self.ipam,
+            rdma: &self.rdma,
             fail_after: fail_after.map(str::to_string),
         }
     }

@@ -10,6 +10,7 @@ pub mod netlink;
 pub mod netns;
 pub mod rdma;
 pub mod rdma_nl;
+pub mod rdma_ops;
 pub mod sysfs;
 
 use std::fmt;

@@ -1,0 +1,242 @@
+//! ib (RDMA) devices that go with a netdev: deciding whether to move one, moving it in the
+//! order the kernel needs, and bringing it back.
+//!
+//! In exclusive netns mode (`ib_core netns_mode=0`) an ib device lives in exactly one netns, and
+//! a pod that gets a RoCE/IPoIB netdev needs the matching ib device too, or verbs there find
+//! "No IB devices". In shared mode (the default) every netns sees every ib device; nothing moves.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::rdma::{IbParent, LinkLayer, NetdevLink, RdmaSysfs};
+use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::sysfs::SysRoot;
+use crate::kernel::{format_hwaddr, KernelError, Link, LinkChange, NetOps, Ns};
+
+/// Conf `rdma`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RdmaConf {
+    /// Move the ib device when the subsystem is exclusive; leave it shared otherwise.
+    #[default]
+    Auto,
+    /// Require exclusive mode and the move.
+    Exclusive,
+    /// Never touch ib devices.
+    Off,
+}
+
+impl RdmaConf {
+    pub fn parse(value: Option<&str>) -> Result<RdmaConf> {
+        match value {
+            None | Some("auto") => Ok(RdmaConf::Auto),
+            Some("exclusive") => Ok(RdmaConf::Exclusive),
+            Some("off") => Ok(RdmaConf::Off),
+            Some(other) => Err(Error::UnsupportedField {
+                field: "rdma".into(),
+                value: other.into(),
+                msg: "use auto (default), exclusive or off".into(),
+            }),
+        }
+    }
+}
+
+/// The ib device moved with an attachment, as recorded for DEL and CHECK.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RdmaRecord {
+    pub ibdev: String,
+    /// NLDEV device index (stable across netns moves).
+    pub index: u32,
+    pub port: u32,
+    /// Link layer InfiniBand: the kernel re-creates the device's IPoIB netdevs in the target
+    /// netns on every move, so the netdev is found again by its port GID (address bytes 4-19).
+    pub infiniband: bool,
+    /// How the driver is named in messages (`mlx5_core`, `rdma_rxe`).
+    pub driver: String,
+}
+
+/// Decides whether ADD moves an ib device along with `netdev`, per conf `rdma` and the
+/// subsystem's netns mode. Topology is read only when a move is possible (exclusive mode), so
+/// shared-mode hosts pay one NETLINK_RDMA request.
+pub fn plan_ib_move(
+    rdma: &dyn RdmaOps,
+    sys: &SysRoot,
+    conf: RdmaConf,
+    netdev: &Link,
+) -> Result<Option<RdmaRecord>> {
+    if conf == RdmaConf::Off {
+        return Ok(None);
+    }
+    let mode = rdma
+        .netns_mode()
+        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
+    match (mode, conf) {
+        (Some(NetnsMode::Exclusive), _) => {}
+        (_, RdmaConf::Auto) => return Ok(None),
+        (None, _) => {
+            return Err(Error::RdmaUnavailable(format!(
+                "rdma is \"exclusive\" but this kernel has no RDMA netlink (ib_core not loaded): \
+                 load the NIC's RDMA driver (e.g. mlx5_ib), or set rdma to \"auto\" to move {} \
+                 without an ib device",
+                netdev.name
+            )))
+        }
+        (Some(NetnsMode::Shared), _) => {
+            return Err(Error::RdmaUnavailable(format!(
+                "rdma is \"exclusive\" but the RDMA subsystem is in shared netns mode, so the ib \
+                 device of {} cannot be moved into the pod: set `options ib_core netns_mode=0` in \
+                 /etc/modprobe.d and reboot (or `rdma system set netns exclusive` while no other \
+                 netns exists), or use rdma \"auto\"",
+                netdev.name
+            )))
+        }
+    }
+    let topo = RdmaSysfs::new(sys);
+    let ports: Vec<_> = topo
+        .ib_ports_for_netdev(&netdev.name)
+        .map_err(|e| {
+            Error::io(
+                format!("reading the ib devices of {} in sysfs", netdev.name),
+                e,
+            )
+        })?
+        .into_iter()
+        // A GID-table-only match is an upper device (VLAN): its ib device belongs to the lower.
+        .filter(|p| p.via != NetdevLink::GidTable)
+        .collect();
+    let mut names: Vec<&str> = ports.iter().map(|p| p.ibdev.as_str()).collect();
+    names.sort();
+    names.dedup();
+    let port = match names.as_slice() {
+        [] if conf == RdmaConf::Exclusive => {
+            return Err(Error::RdmaUnavailable(format!(
+                "rdma is \"exclusive\" but {} has no ib device in sysfs (no RDMA driver bound?)",
+                netdev.name
+            )))
+        }
+        [] => return Ok(None),
+        [_] => &ports[0],
+        several => {
+            return Err(Error::DeviceAmbiguous(format!(
+                "{} belongs to several ib devices ({}); move mode moves one: select the function \
+                 with rdmaDevice or set rdma \"off\"",
+                netdev.name,
+                several.join(", ")
+            )))
+        }
+    };
+    let ibdev = topo
+        .device(&port.ibdev)
+        .map_err(|e| Error::io(format!("reading ib device {}", port.ibdev), e))?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!("ib device {} vanished from sysfs", port.ibdev))
+        })?;
+    let index = rdma
+        .device_index(Ns::Host, &port.ibdev)
+        .map_err(|e| Error::kernel(format!("looking up ib device {}", port.ibdev), e))?
+        .ok_or_else(|| {
+            Error::DeviceInUse(format!(
+                "ib device {} of {} is not in the host netns (exclusive mode shows a device only \
+                 in its own netns): another pod holds it",
+                port.ibdev, netdev.name
+            ))
+        })?;
+    let infiniband = ibdev
+        .port(port.port)
+        .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand);
+    Ok(Some(RdmaRecord {
+        ibdev: port.ibdev.clone(),
+        index,
+        port: port.port,
+        infiniband,
+        driver: driver_name(sys, &ibdev.parent),
+    }))
+}
+
+/// The kernel driver behind an ib device, for messages.
+fn driver_name(sys: &SysRoot, parent: &IbParent) -> String {
+    match parent {
+        IbParent::Netdev(_) => "rdma_rxe (software RoCE)".into(),
+        IbParent::Device(dev) => {
+            let bus_path = match dev.pci_bdf() {
+                Some(bdf) => Path::new("bus/pci/devices").join(bdf),
+                None => return "unknown driver".into(),
+            };
+            std::fs::read_link(sys.path(bus_path.join("driver")))
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "unknown driver".into())
+        }
+        IbParent::None => "unknown driver".into(),
+    }
+}
+
+/// Maps a refused ib move to a message that says what the kernel means by it.
+pub fn move_error(rec: &RdmaRecord, to: &str, e: KernelError) -> Error {
+    let why = if e.is_errno(nix::errno::Errno::EOPNOTSUPP) {
+        format!(
+            "; the kernel moves an ib device only when its driver can disassociate user contexts \
+             ({} cannot; mlx5 can) and only in exclusive netns mode: use hardware that supports \
+             it, or set rdma \"off\" to move the netdev alone",
+            rec.driver
+        )
+    } else if e.is_errno(nix::errno::Errno::EBUSY) {
+        "; the device is busy (open user contexts that cannot be disassociated)".into()
+    } else {
+        String::new()
+    };
+    Error::kernel(
+        format!(
+            "moving ib device {} (driver {}) {to}{why}",
+            rec.ibdev, rec.driver
+        ),
+        e,
+    )
+}
+
+/// The IPoIB netdev of an ib port in `ns`, found by the port GID in bytes 4-19 of its 20-byte
+/// address (byte 0 holds flags and bytes 1-3 the QPN, which change when the kernel re-creates
+/// the netdev in another netns).
+pub fn find_ipoib_netdev(k: &dyn NetOps, ns: Ns<'_>, hwaddr: &str) -> Result<Option<Link>> {
+    let want = crate::kernel::parse_hwaddr(hwaddr).unwrap_or_default();
+    if want.len() != 20 {
+        return Ok(None);
+    }
+    let links = k
+        .links(ns)
+        .map_err(|e| Error::kernel(format!("listing links in {ns} to find the IPoIB netdev"), e))?;
+    Ok(links
+        .into_iter()
+        .find(|l| l.hwaddr.len() == 20 && l.hwaddr[4..] == want[4..]))
+}
+
+/// Renames a (re-created) IPoIB netdev and sets its MTU, in `ns`.
+pub fn rename_ipoib(
+    k: &dyn NetOps,
+    ns: Ns<'_>,
+    link: &Link,
+    name: &str,
+    mtu: Option<u32>,
+) -> Result<()> {
+    let change = LinkChange {
+        name: (link.name != name).then(|| name.to_string()),
+        mtu: mtu.filter(|m| *m != link.mtu),
+        ..Default::default()
+    };
+    if change.name.is_none() && change.mtu.is_none() {
+        return Ok(());
+    }
+    k.set_link(ns, link.index, &change).map_err(|e| {
+        Error::kernel(
+            format!(
+                "renaming the IPoIB netdev {} ({}) to {name} in {ns}",
+                link.name,
+                format_hwaddr(&link.hwaddr)
+            ),
+            e,
+        )
+    })
+}

@@ -1,0 +1,373 @@
+//! Unit tests of ib device handling in move mode over the fake kernel and fake RDMA netlink,
+//! on fixture sysfs trees of real mlx5 layouts: the exclusive-mode success paths need mlx5
+//! hardware, so this seam is where they are covered (the VM tier covers rxe's refusal for real).
+
+use std::ffi::OsString;
+
+use nix::errno::Errno;
+
+use crate::attach::config::PluginConf;
+use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::state::Store;
+use crate::attach::{move_dev, Ctx};
+use crate::cni::env::RawEnv;
+use crate::cni::{Command, NetConf, Request};
+use crate::kernel::rdma::fixtures::SysfsFixture;
+use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::{parse_hwaddr, Link};
+use crate::testutil::TempDir;
+
+const POD: &str = "/proc/self/ns/net";
+const ROCE_MAC: &str = "0c:42:a1:3b:00:00";
+const IPOIB_ADDR: &str = "00:00:10:29:fe:80:00:00:00:00:00:00:04:3f:72:03:00:da:21:30";
+
+fn roce_netdev() -> Link {
+    Link {
+        index: 4,
+        name: "ens1f0np0".into(),
+        mtu: 1500,
+        hwaddr: parse_hwaddr(ROCE_MAC).unwrap(),
+        up: true,
+        link_type: 1,
+        parent_dev: Some("0000:3b:00.0".into()),
+        parent_bus: Some("pci".into()),
+        ..Default::default()
+    }
+}
+
+fn ipoib_netdev() -> Link {
+    Link {
+        index: 5,
+        name: "ibp94s0".into(),
+        mtu: 4092,
+        hwaddr: parse_hwaddr(IPOIB_ADDR).unwrap(),
+        up: true,
+        link_type: 32,
+        parent_dev: Some("0000:5e:00.0".into()),
+        parent_bus: Some("pci".into()),
+        ..Default::default()
+    }
+}
+
+struct World {
+    _tmp: TempDir,
+    fx: SysfsFixture,
+    kernel: &'static FakeKernel,
+    ipam: FakeIpam,
+    store: Store,
+    data: String,
+}
+
+impl World {
+    fn new(links: Vec<Link>) -> World {
+        let tmp = TempDir::new("rdma-attach");
+        let fx = SysfsFixture::all().unwrap();
+        World {
+            data: tmp.path().join("data").display().to_string(),
+            store: Store::new(tmp.path().join("data")),
+            kernel: Box::leak(Box::new(FakeKernel::with_host_links(links))),
+            ipam: FakeIpam::default(),
+            fx,
+            _tmp: tmp,
+        }
+    }
+
+    fn request(&self, command: Command, fields: &str, netns: &str) -> Request {
+        let conf = format!(
+            r#"{{"cniVersion":"1.1.0","name":"rn","type":"rdma-ns",{fields},"dataDir":"{}"}}"#,
+            self.data
+        );
+        let vars: Vec<(OsString, OsString)> = [
+            ("CNI_COMMAND", command.as_str()),
+            ("CNI_CONTAINERID", "c9"),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", "/nonexistent"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+        Request {
+            env: RawEnv::from_vars(vars).validate(command).unwrap(),
+            conf: NetConf::parse(conf.as_bytes(), command).unwrap(),
+            stdin: Vec::new(),
+        }
+    }
+
+    fn run(
+        &self,
+        rdma: &FakeRdma<'_>,
+        command: Command,
+        fields: &str,
+        netns: &str,
+        fail_after: Option<&str>,
+    ) -> crate::error::Result<()> {
+        let req = self.request(command, fields, netns);
+        let pc = PluginConf::from_conf(&req.conf)?;
+        let ctx = Ctx {
+            kernel: self.kernel,
+            sys: self.fx.root(),
+            store: &self.store,
+            ipam: &self.ipam,
+            rdma,
+            fail_after: fail_after.map(str::to_string),
+        };
+        match command {
+            Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
+            Command::Del => move_dev::del(&ctx, &req, &pc),
+            _ => move_dev::check(&ctx, &req, &pc),
+        }
+    }
+
+    fn netdev(&self, hw: &str) -> (String, Link) {
+        let want = parse_hwaddr(hw).unwrap();
+        self.kernel
+            .state
+            .borrow()
+            .links
+            .iter()
+            // IPoIB netdevs are recognized by their port GID: bytes 0-3 change on re-creation.
+            .find(|(_, l)| match want.len() {
+                20 => l.hwaddr.len() == 20 && l.hwaddr[4..] == want[4..],
+                _ => l.hwaddr == want,
+            })
+            .cloned()
+            .unwrap()
+    }
+}
+
+fn moves(rdma: &FakeRdma<'_>) -> Vec<String> {
+    rdma.calls
+        .borrow()
+        .iter()
+        .filter(|c| c.starts_with("move_ib"))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn exclusive_mode_moves_the_ib_device_first_and_brings_it_back_first() {
+    let w = World::new(vec![roce_netdev()]);
+    let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    assert_eq!(moves(&rdma), vec![format!("move_ib host 3 -> {POD}")]);
+    assert_eq!(rdma.location("mlx5_0").as_deref(), Some(POD));
+    let calls = w.kernel.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("set_link host 4 netns=")),
+        "then the netdev: {calls:?}"
+    );
+    let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
+    let rec = att.rdma.expect("ib device recorded");
+    assert_eq!(
+        (rec.ibdev.as_str(), rec.index, rec.infiniband),
+        ("mlx5_0", 3, false)
+    );
+    assert_eq!(rec.driver, "mlx5_core");
+
+    w.run(&rdma, Command::Check, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    w.run(&rdma, Command::Del, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    assert_eq!(
+        moves(&rdma)[1],
+        format!("move_ib {POD} 3 -> host"),
+        "ib device back, from the pod"
+    );
+    assert_eq!(rdma.location("mlx5_0").as_deref(), Some("host"));
+    let (ns, link) = w.netdev(ROCE_MAC);
+    assert_eq!((ns.as_str(), link.name.as_str()), ("host", "ens1f0np0"));
+}
+
+#[test]
+fn a_refused_ib_move_moves_nothing_and_says_why() {
+    let w = World::new(vec![roce_netdev()]);
+    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+    rdma.refuse = Some(Errno::EOPNOTSUPP);
+    let err = w
+        .run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.code(), 105, "{text}");
+    assert!(
+        text.contains("mlx5_0") && text.contains("mlx5_core") && text.contains("disassociate"),
+        "{text}"
+    );
+    assert!(
+        !w.kernel.calls().iter().any(|c| c.contains("netns=")),
+        "the netdev never moved"
+    );
+    assert_eq!(w.netdev(ROCE_MAC).1.name, "ens1f0np0");
+    assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
+}
+
+#[test]
+fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
+    for step in ["ib-move", "move", "addresses", "up", "state"] {
+        let w = World::new(vec![roce_netdev()]);
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+        w.run(
+            &rdma,
+            Command::Add,
+            r#""device":"ens1f0np0""#,
+            POD,
+            Some(step),
+        )
+        .unwrap_err();
+        assert_eq!(rdma.location("mlx5_0").as_deref(), Some("host"), "{step}");
+        let (ns, link) = w.netdev(ROCE_MAC);
+        assert_eq!(
+            (ns.as_str(), link.name.as_str(), link.up),
+            ("host", "ens1f0np0", true),
+            "{step}"
+        );
+        if step != "ib-move" {
+            let calls = w.kernel.calls();
+            let netdev_back = calls.iter().position(|c| c.contains("netns=host")).unwrap();
+            assert!(netdev_back > 0, "{step}");
+            let m = moves(&rdma);
+            assert_eq!(
+                m.last().unwrap(),
+                &format!("move_ib {POD} 3 -> host"),
+                "{step}: ib device back last"
+            );
+        }
+        assert!(
+            w.store.load("rn", "c9", "net1").unwrap().is_none(),
+            "{step}"
+        );
+    }
+}
+
+#[test]
+fn shared_mode_leaves_the_ib_device_unless_exclusive_is_required() {
+    let w = World::new(vec![roce_netdev()]);
+    let rdma = FakeRdma::new(Some(NetnsMode::Shared), &[("mlx5_0", 3)]);
+    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    assert!(moves(&rdma).is_empty());
+    w.run(&rdma, Command::Del, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+
+    let err = w
+        .run(
+            &rdma,
+            Command::Add,
+            r#""device":"ens1f0np0","rdma":"exclusive""#,
+            POD,
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), 120, "{err}");
+    assert!(err.to_string().contains("netns_mode=0"), "{err}");
+    let none = FakeRdma::new(None, &[]);
+    let err = w
+        .run(
+            &none,
+            Command::Add,
+            r#""device":"ens1f0np0","rdma":"exclusive""#,
+            POD,
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), 120, "{err}");
+    w.run(&none, Command::Add, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    w.run(&none, Command::Del, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    let off = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+    w.run(
+        &off,
+        Command::Add,
+        r#""device":"ens1f0np0","rdma":"off""#,
+        POD,
+        None,
+    )
+    .unwrap();
+    assert!(
+        moves(&off).is_empty() && off.calls.borrow().is_empty(),
+        "off never asks"
+    );
+}
+
+#[test]
+fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
+    let w = World::new(vec![ipoib_netdev()]);
+    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
+    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+    w.run(
+        &rdma,
+        Command::Add,
+        r#""rdmaDevice":"ibp94s0","mtu":2044"#,
+        POD,
+        None,
+    )
+    .unwrap();
+    let (ns, link) = w.netdev(IPOIB_ADDR);
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
+        (POD, "net1", 2044, true)
+    );
+    assert!(
+        !w.kernel
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("set_link host 5 netns=")),
+        "the IPoIB netdev is not moved by itself: the kernel re-creates it with its ib device"
+    );
+    assert!(
+        w.store
+            .load("rn", "c9", "net1")
+            .unwrap()
+            .unwrap()
+            .rdma
+            .unwrap()
+            .infiniband
+    );
+    w.run(&rdma, Command::Del, r#""rdmaDevice":"ibp94s0""#, POD, None)
+        .unwrap();
+    let (ns, link) = w.netdev(IPOIB_ADDR);
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.mtu),
+        ("host", "ibp94s0", 4092)
+    );
+    assert_eq!(rdma.location("ibp94s0").as_deref(), Some("host"));
+}
+
+#[test]
+fn ipoib_rollback_renames_the_recreated_host_netdev() {
+    let w = World::new(vec![ipoib_netdev()]);
+    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
+    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+    w.run(
+        &rdma,
+        Command::Add,
+        r#""rdmaDevice":"ibp94s0""#,
+        POD,
+        Some("up"),
+    )
+    .unwrap_err();
+    let (ns, link) = w.netdev(IPOIB_ADDR);
+    assert_eq!(
+        (ns.as_str(), link.name.as_str(), link.up),
+        ("host", "ibp94s0", true)
+    );
+    assert_eq!(rdma.location("ibp94s0").as_deref(), Some("host"));
+}
+
+#[test]
+fn check_fails_when_the_ib_port_is_not_active() {
+    let w = World::new(vec![roce_netdev()]);
+    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap();
+    rdma.port_state = 1;
+    let err = w
+        .run(&rdma, Command::Check, r#""device":"ens1f0np0""#, POD, None)
+        .unwrap_err();
+    assert_eq!(err.code(), 108);
+    assert!(err.to_string().contains("not ACTIVE"), "{err}");
+}
