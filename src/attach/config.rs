@@ -20,6 +20,8 @@ pub enum Mode {
     Macvlan,
     /// An IPoIB child (P_Key partition) of an IPoIB netdev, created in the pod.
     Ipoib,
+    /// Chained after sriov/host-device: the pod interface's ib device follows it (rdma-cni).
+    Rdma,
 }
 
 impl Mode {
@@ -28,6 +30,7 @@ impl Mode {
             Mode::Move => "move",
             Mode::Macvlan => "macvlan",
             Mode::Ipoib => "ipoib",
+            Mode::Rdma => "rdma",
         }
     }
 }
@@ -78,11 +81,12 @@ impl PluginConf {
             None | Some("move") => Mode::Move,
             Some("macvlan") => Mode::Macvlan,
             Some("ipoib") => Mode::Ipoib,
+            Some("rdma") => Mode::Rdma,
             Some(other) => {
                 return Err(Error::UnsupportedField {
                     field: "mode".into(),
                     value: other.into(),
-                    msg: "supported modes: \"move\", \"macvlan\", \"ipoib\"".into(),
+                    msg: "supported modes: \"move\", \"macvlan\", \"ipoib\", \"rdma\"".into(),
                 })
             }
         };
@@ -113,7 +117,7 @@ impl PluginConf {
             ));
         }
         let child = match mode {
-            Mode::Move => ChildConf::default(),
+            Mode::Move | Mode::Rdma => ChildConf::default(),
             Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
         };
         let rdma = crate::attach::rdma_dev::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
@@ -276,7 +280,7 @@ fn child_conf(conf: &NetConf, mode: Mode) -> Result<ChildConf> {
             });
             c.umcast = conf.raw_bool("umcast")?;
         }
-        Mode::Move => {}
+        Mode::Move | Mode::Rdma => {}
     }
     Ok(c)
 }

@@ -1,5 +1,6 @@
 //! What an attachment does: the plugin's modes as steps with undo, over the kernel seam.
 
+pub mod chain;
 pub mod child;
 pub mod config;
 pub mod ipconf;
@@ -133,6 +134,7 @@ impl Plugin for RdmaNs {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::add(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::add(ctx, req, pc),
+            Mode::Rdma => chain::add(ctx, req, pc),
         })
     }
 
@@ -140,6 +142,7 @@ impl Plugin for RdmaNs {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::del(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::del(ctx, req, pc),
+            Mode::Rdma => chain::del(ctx, req, pc),
         })
     }
 
@@ -147,6 +150,7 @@ impl Plugin for RdmaNs {
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::check(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::check(ctx, req, pc),
+            Mode::Rdma => chain::check(ctx, req, pc),
         })
     }
 

@@ -371,3 +371,116 @@ fn check_fails_when_the_ib_port_is_not_active() {
     assert_eq!(err.code(), 108);
     assert!(err.to_string().contains("not ACTIVE"), "{err}");
 }
+
+mod chained {
+    use super::*;
+    use crate::attach::chain;
+
+    fn prev() -> String {
+        r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:0a","sandbox":"/proc/self/ns/net"}],
+            "ips":[{"address":"10.1.0.2/24","interface":0}]}"#
+            .to_string()
+    }
+
+    fn run(
+        w: &World,
+        rdma: &FakeRdma<'_>,
+        command: Command,
+        fields: &str,
+        netns: &str,
+    ) -> crate::error::Result<Option<crate::cni::result::CniResult>> {
+        let req = w.request(command, &format!(r#""mode":"rdma",{fields}"#), netns);
+        let pc = PluginConf::from_conf(&req.conf)?;
+        let ctx = Ctx {
+            kernel: w.kernel,
+            sys: w.fx.root(),
+            store: &w.store,
+            ipam: &w.ipam,
+            rdma,
+            fail_after: None,
+        };
+        match command {
+            Command::Add => chain::add(&ctx, &req, &pc).map(Some),
+            Command::Del => chain::del(&ctx, &req, &pc).map(|_| None),
+            _ => chain::check(&ctx, &req, &pc).map(|_| None),
+        }
+    }
+
+    #[test]
+    fn moves_the_vf_ib_device_after_the_previous_plugin_and_passes_prev_result() {
+        let w = World::new(vec![]);
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
+        let out = run(&w, &rdma, Command::Add, &fields, POD).unwrap().unwrap();
+        assert_eq!(out.interfaces[0].name, "net1");
+        assert_eq!(
+            out.ips[0].address.to_string(),
+            "10.1.0.2/24",
+            "prevResult passes through"
+        );
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
+        run(&w, &rdma, Command::Check, &fields, POD).unwrap();
+        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+        assert_eq!(
+            moves(&rdma),
+            vec![
+                format!("move_ib host 9 -> {POD}"),
+                format!("move_ib {POD} 9 -> host")
+            ]
+        );
+        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+    }
+
+    #[test]
+    fn finds_the_function_from_the_pod_interface_without_device_id() {
+        let w = World::new(vec![]);
+        w.kernel.state.borrow_mut().links.push((
+            POD.into(),
+            Link {
+                index: 12,
+                name: "net1".into(),
+                hwaddr: vec![2, 0, 0, 0, 0, 10],
+                parent_dev: Some("0000:3b:00.2".into()),
+                parent_bus: Some("pci".into()),
+                ..Default::default()
+            },
+        ));
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        run(&w, &rdma, Command::Add, &prev(), POD).unwrap();
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
+        // CNI_NETNS empty on DEL: the netns is gone and the kernel returned the device itself.
+        run(&w, &rdma, Command::Del, &prev(), "").unwrap();
+        assert_eq!(
+            moves(&rdma).len(),
+            1,
+            "nothing to move back from an empty netns"
+        );
+        assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
+    }
+
+    #[test]
+    fn errors_are_clear_and_leave_nothing() {
+        let w = World::new(vec![]);
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        let err = run(&w, &rdma, Command::Add, r#""deviceID":"0000:3b:00.2""#, POD).unwrap_err();
+        assert_eq!(err.code(), 7, "{err}");
+        assert!(err.to_string().contains("prevResult"), "{err}");
+
+        let shared = FakeRdma::new(Some(NetnsMode::Shared), &[("mlx5_2", 9)]);
+        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
+        let err = run(&w, &shared, Command::Add, &fields, POD).unwrap_err();
+        assert_eq!(err.code(), 120, "{err}");
+        assert!(err.to_string().contains("netns_mode=0"), "{err}");
+
+        let mut refusing = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        refusing.refuse = Some(Errno::EOPNOTSUPP);
+        let err = run(&w, &refusing, Command::Add, &fields, POD).unwrap_err();
+        assert!(
+            err.to_string().contains("mlx5_2") && err.to_string().contains("disassociate"),
+            "{err}"
+        );
+        assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
+        assert_eq!(refusing.location("mlx5_2").as_deref(), Some("host"));
+    }
+}

@@ -1,0 +1,260 @@
+//! Mode `rdma`: chained after sriov-cni, ib-sriov-cni or host-device (parity with rdma-cni).
+//!
+//! The previous plugin already put the netdev into the pod; this mode moves the matching ib
+//! device after it (exclusive netns mode) and passes prevResult through. The ib device is found
+//! from the device plugin's `deviceID` (a PCI function), or from the pod interface's parent
+//! device (IFLA_PARENT_DEV_NAME, read through netlink inside the pod: the host's /sys cannot see
+//! the pod's netdevs).
+
+use crate::attach::config::PluginConf;
+use crate::attach::plan::Plan;
+use crate::attach::rdma_dev::{move_error, RdmaRecord};
+use crate::attach::select::{normalize_pci, Selector};
+use crate::attach::state::{Attachment, HostDevice, Phase};
+use crate::attach::{open_netns, Ctx};
+use crate::cni::result::CniResult;
+use crate::cni::Request;
+use crate::error::{Error, Result};
+use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
+use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::{Netns, Ns};
+
+/// The PCI function whose ib device goes with the pod interface.
+fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
+    let device_id = match req
+        .conf
+        .runtime_config
+        .device_id
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        Some(id) => Some(("runtimeConfig.deviceID", id.to_string())),
+        None => req
+            .conf
+            .raw_str("deviceID")?
+            .filter(|s| !s.is_empty())
+            .map(|id| ("deviceID", id)),
+    };
+    if let Some((field, id)) = device_id {
+        return match Selector::from_device_id(field, &id)? {
+            Selector::Pci { address, .. } => Ok(address),
+            other => Err(Error::UnsupportedField {
+                field: field.into(),
+                value: id.clone(),
+                msg: format!(
+                    "chained mode finds ib devices of PCI functions; {} is not one",
+                    other.describe()
+                ),
+            }),
+        };
+    }
+    let link = ctx
+        .kernel
+        .link_by_name(Ns::Pod(netns), &req.env.ifname)
+        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "{} is not in the pod netns {}: the previous plugin in the chain should have put \
+                 it there",
+                req.env.ifname,
+                netns.path().display()
+            ))
+        })?;
+    link.pci_address().and_then(normalize_pci).ok_or_else(|| {
+        Error::DeviceNotFound(format!(
+            "{} in the pod has no PCI parent device: pass deviceID (Multus does when a device \
+                 plugin allocated the VF)",
+            req.env.ifname
+        ))
+    })
+}
+
+pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+    let prev = req.conf.prev_result.clone().ok_or_else(|| {
+        Error::config(
+            "prevResult",
+            "mode \"rdma\" is chained: put it after sriov, ib-sriov or host-device in a conflist",
+        )
+    })?;
+    let netns = open_netns(req.env.netns.as_deref())?;
+    match ctx
+        .rdma
+        .netns_mode()
+        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?
+    {
+        Some(NetnsMode::Exclusive) => {}
+        other => {
+            return Err(Error::RdmaUnavailable(format!(
+                "mode \"rdma\" moves the ib device into the pod, which needs the RDMA subsystem in \
+                 exclusive netns mode, but it is {}: set `options ib_core netns_mode=0` in \
+                 /etc/modprobe.d and reboot",
+                match other {
+                    Some(_) => "shared",
+                    None => "absent (no RDMA netlink: ib_core not loaded)",
+                }
+            )))
+        }
+    }
+    let bdf = function_of(ctx, req, &netns)?;
+    let topo = RdmaSysfs::new(ctx.sys);
+    let function = topo
+        .pci_function(&bdf)
+        .map_err(|e| Error::io(format!("reading PCI function {bdf} in sysfs"), e))?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!("PCI function {bdf} does not exist in sysfs"))
+        })?;
+    let ibdev = match function.ib_devices.as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(Error::DeviceNotFound(format!(
+                "PCI function {bdf} has no ib device in the host netns: its RDMA driver is not \
+                 loaded, or another pod holds it (exclusive mode shows a device only in its own netns)"
+            )))
+        }
+        several => {
+            return Err(Error::DeviceAmbiguous(format!(
+                "PCI function {bdf} carries several ib devices ({})",
+                several.join(", ")
+            )))
+        }
+    };
+    let dev = topo
+        .device(&ibdev)
+        .map_err(|e| Error::io(format!("reading ib device {ibdev}"), e))?
+        .ok_or_else(|| Error::DeviceNotFound(format!("ib device {ibdev} vanished from sysfs")))?;
+    let index = ctx
+        .rdma
+        .device_index(Ns::Host, &ibdev)
+        .map_err(|e| Error::kernel(format!("looking up ib device {ibdev}"), e))?
+        .ok_or_else(|| Error::DeviceInUse(format!("ib device {ibdev} is not in the host netns")))?;
+    let rec = RdmaRecord {
+        ibdev: ibdev.clone(),
+        index,
+        port: 1,
+        infiniband: dev
+            .ports
+            .first()
+            .is_some_and(|p| p.link_layer == LinkLayer::InfiniBand),
+        driver: match &dev.parent {
+            IbParent::Netdev(_) => "rdma_rxe (software RoCE)".into(),
+            _ => function
+                .driver
+                .clone()
+                .unwrap_or_else(|| "unknown driver".into()),
+        },
+    };
+    let key = format!("ib-{ibdev}");
+    let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
+    let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
+    let att = Attachment {
+        network: req.conf.name.clone(),
+        container_id: req.env.container_id.clone(),
+        ifname: req.env.ifname.clone(),
+        mode: pc.mode.as_str().to_string(),
+        phase: Phase::Adding,
+        netns: netns.path().display().to_string(),
+        device_key: key,
+        host: HostDevice {
+            name: req.env.ifname.clone(),
+            ifindex: 0,
+            mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
+            hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
+            perm_hwaddr: None,
+            pci: Some(bdf),
+            was_up: true,
+            addresses: Vec::new(),
+        },
+        pod_ifindex: None,
+        pod_mtu: None,
+        ipam_result: None,
+        child: None,
+        rdma: Some(rec.clone()),
+    };
+    let mut plan = Plan::new(ctx.fail_after.clone());
+    let outcome = (|| {
+        ctx.store.save(&att)?;
+        plan.on_undo("state-intent", || {
+            ctx.store
+                .remove(&att.network, &att.container_id, &att.ifname)
+        });
+        plan.checkpoint("state-intent")?;
+        let pod = Ns::Pod(&netns);
+        ctx.rdma
+            .move_device(Ns::Host, rec.index, pod)
+            .map_err(|e| {
+                move_error(
+                    &rec,
+                    &format!("into the pod netns {}", netns.path().display()),
+                    e,
+                )
+            })?;
+        plan.on_undo("ib-move", move || {
+            ctx.rdma
+                .move_device(pod, rec.index, Ns::Host)
+                .map_err(|e| move_error(&rec, "back to the host netns", e))
+        });
+        plan.checkpoint("ib-move")?;
+        let mut ready = att.clone();
+        ready.phase = Phase::Ready;
+        ctx.store.save(&ready)?;
+        plan.checkpoint("state")
+    })();
+    match outcome {
+        Ok(()) => {
+            plan.commit();
+            Ok(prev)
+        }
+        Err(e) => Err(plan.rollback(e)),
+    }
+}
+
+/// DEL: the ib device back to the host from a socket inside the pod netns; with the netns gone
+/// (or CNI_NETNS empty) the kernel has already returned it. Then the record goes.
+pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+    let Some(att) = ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
+    else {
+        return Ok(());
+    };
+    let _lock = ctx.store.lock_device(&att.device_key, pc.lock_timeout)?;
+    if let (Some(rec), Some(path)) = (&att.rdma, req.env.netns.as_deref()) {
+        if let Ok(ns) = Netns::open(path) {
+            let pod = Ns::Pod(&ns);
+            let index = ctx.rdma.device_index(pod, &rec.ibdev).map_err(|e| {
+                Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e)
+            })?;
+            if let Some(index) = index {
+                ctx.rdma
+                    .move_device(pod, index, Ns::Host)
+                    .map_err(|e| move_error(rec, "back to the host netns", e))?;
+            }
+        }
+    }
+    ctx.store
+        .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)
+}
+
+/// CHECK: the ib device is in the pod netns and its port is ACTIVE.
+pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+    let att = ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!("no attachment record for {}", req.env.ifname))
+        })?;
+    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
+    let ns = Netns::open(path).map_err(|e| {
+        Error::UnknownContainer(format!(
+            "pod netns {} cannot be opened: {e}",
+            path.display()
+        ))
+    })?;
+    match &att.rdma {
+        Some(rec) => crate::attach::move_dev::check_ib_device(ctx.rdma, &ns, rec),
+        None => Err(Error::State(format!(
+            "record {} lacks its ib device",
+            att.id()
+        ))),
+    }
+}
