@@ -116,6 +116,10 @@ pub enum Error {
     #[error("{0}")]
     RdmaUnavailable(String),
 
+    /// 121: the kernel added no RoCE GID for a pod IP within the bound.
+    #[error("{0}")]
+    GidMissing(String),
+
     /// 109: several errors during DEL or GC, all reported.
     #[error("{} errors: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Multiple(Vec<Error>),
@@ -147,6 +151,7 @@ impl Error {
             Error::CheckFailed(_) => 108,
             Error::ParentUnsuitable(_) => 110,
             Error::RdmaUnavailable(_) => 120,
+            Error::GidMissing(_) => 121,
             Error::Multiple(errors) => match errors.as_slice() {
                 [only] => only.code(),
                 _ => 109,

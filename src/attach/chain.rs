@@ -169,6 +169,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         ipam_result: None,
         child: None,
         rdma: Some(rec.clone()),
+        gids: Vec::new(),
+        gid_view: None,
     };
     let mut plan = Plan::new(ctx.fail_after.clone());
     let outcome = (|| {

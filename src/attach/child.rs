@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use crate::attach::config::{IpoibModeConf, PluginConf};
+use crate::attach::gids;
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
 use crate::attach::select::{select_host_device, Selector};
@@ -255,9 +256,30 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             summary: child.summary.clone(),
         }),
         rdma: None,
+        gids: Vec::new(),
+        gid_view: None,
+    };
+    // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
+    let roce_ports = match (pc.mode, pc.rdma) {
+        (crate::attach::config::Mode::Macvlan, r)
+            if r != crate::attach::rdma_dev::RdmaConf::Off =>
+        {
+            gids::roce_ports_of(ctx.sys, &parent.name)?
+        }
+        _ => Vec::new(),
     };
     let mut plan = Plan::new(ctx.fail_after.clone());
-    match add_steps(ctx, req, &netns, &parent, &child, &mut att, &mut plan) {
+    match add_steps(
+        ctx,
+        req,
+        pc,
+        &netns,
+        &parent,
+        &child,
+        &roce_ports,
+        &mut att,
+        &mut plan,
+    ) {
         Ok(r) => {
             plan.commit();
             Ok(r)
@@ -274,12 +296,15 @@ fn taken(netns: &Netns, ifname: &str, index: Option<u32>) -> Error {
     ))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn add_steps<'a>(
     ctx: &'a Ctx<'a>,
     req: &'a Request,
+    pc: &PluginConf,
     netns: &'a Netns,
     parent: &Link,
     child: &ChildPlan,
+    roce_ports: &[(String, u32)],
     att: &mut Attachment,
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
@@ -382,6 +407,19 @@ fn add_steps<'a>(
 
     let mut result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
+
+    if !roce_ports.is_empty() && !result.ips.is_empty() {
+        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+        att.gids = gids::wait_for_gids(ctx.sys, roce_ports, &ips, &req.env.ifname, pc.gid_timeout)?;
+        att.gid_view = Some(gids::GidView::Host);
+        for g in &att.gids {
+            crate::log::info(&format!(
+                "{}: {} has GID index {} ({}) on {} port {}",
+                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
+            ));
+        }
+    }
+    plan.checkpoint("gids")?;
 
     att.phase = Phase::Ready;
     att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
@@ -574,5 +612,6 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         ));
     }
     crate::attach::move_dev::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
+    crate::attach::move_dev::check_gids(ctx.sys, &ns, &att)?;
     ctx.ipam.check(req)
 }

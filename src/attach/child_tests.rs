@@ -349,3 +349,87 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
     assert_eq!(*w.ipam.calls.borrow(), vec!["add", "del"]);
 }
+
+mod gids {
+    use super::*;
+    use crate::kernel::rdma::fixtures::SysfsFixture;
+
+    /// The macvlan child's GID, as the kernel adds it: ::ffff:10.9.0.5, RoCE v2, ndev net1.
+    fn add_pod_gid(fx: &SysfsFixture, index: u32) {
+        let port = "class/infiniband/mlx5_0/ports/1";
+        fx.write_attr(
+            format!("{port}/gids/{index}"),
+            "0000:0000:0000:0000:0000:ffff:0a09:0005",
+        )
+        .unwrap();
+        fx.write_attr(format!("{port}/gid_attrs/types/{index}"), "RoCE v2")
+            .unwrap();
+        fx.write_attr(format!("{port}/gid_attrs/ndevs/{index}"), "net1")
+            .unwrap();
+    }
+
+    fn run(w: &World, fx: &SysfsFixture, fail_after: Option<&str>) -> crate::error::Result<()> {
+        let req = request(Command::Add, &w.conf, POD);
+        let pc = PluginConf::from_conf(&req.conf).unwrap();
+        let ctx = Ctx {
+            kernel: &w.kernel,
+            sys: fx.root(),
+            store: &w.store,
+            ipam: &w.ipam,
+            rdma: &w.rdma,
+            fail_after: fail_after.map(str::to_string),
+        };
+        child::add(&ctx, &req, &pc).map(|_| ())
+    }
+
+    fn roce_parent() -> Link {
+        Link {
+            name: "ens1f0np0".into(),
+            ..eth_parent()
+        }
+    }
+
+    #[test]
+    fn the_pod_ips_gid_index_is_found_and_recorded() {
+        let w = World::new(roce_parent(), r#""mode":"macvlan""#);
+        let fx = SysfsFixture::all().unwrap();
+        add_pod_gid(&fx, 6);
+        run(&w, &fx, None).unwrap();
+        let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+        assert_eq!(att.gids.len(), 1);
+        let g = &att.gids[0];
+        assert_eq!(
+            (g.ibdev.as_str(), g.port, g.index, g.gid_type.as_str()),
+            ("mlx5_0", 1, 6, "RoCE v2")
+        );
+        assert_eq!(g.ip.to_string(), "10.9.0.5");
+    }
+
+    #[test]
+    fn a_gid_that_never_appears_fails_add_and_leaves_nothing() {
+        let w = World::new(roce_parent(), r#""mode":"macvlan","gidTimeoutMs":60"#);
+        let fx = SysfsFixture::all().unwrap();
+        let err = run(&w, &fx, None).unwrap_err();
+        assert_eq!(err.code(), 121, "{err}");
+        assert!(
+            err.to_string().contains("10.9.0.5") && err.to_string().contains("mlx5_0"),
+            "{err}"
+        );
+        assert!(w.children().is_empty(), "child deleted");
+        assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_parent_without_rdma_records_no_gids() {
+        let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+        let fx = SysfsFixture::new().unwrap();
+        run(&w, &fx, None).unwrap();
+        assert!(w
+            .store
+            .load("cn", "c1", "net1")
+            .unwrap()
+            .unwrap()
+            .gids
+            .is_empty());
+    }
+}

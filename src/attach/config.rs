@@ -70,6 +70,8 @@ pub struct PluginConf {
     pub child: ChildConf,
     /// Conf `rdma`: what to do with the netdev's ib device (move mode).
     pub rdma: crate::attach::rdma_dev::RdmaConf,
+    /// Conf `gidTimeoutMs`: how long ADD waits for the kernel to add the pod IPs' RoCE GIDs.
+    pub gid_timeout: Duration,
 }
 
 /// Static selectors an operator writes in the conf.
@@ -121,6 +123,11 @@ impl PluginConf {
             Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
         };
         let rdma = crate::attach::rdma_dev::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
+        let gid_timeout = Duration::from_millis(
+            conf.raw_u32("gidTimeoutMs")?
+                .map(u64::from)
+                .unwrap_or(crate::attach::gids::DEFAULT_GID_TIMEOUT_MS),
+        );
         Ok(PluginConf {
             mode,
             mtu,
@@ -128,6 +135,7 @@ impl PluginConf {
             lock_timeout,
             child,
             rdma,
+            gid_timeout,
         })
     }
 }

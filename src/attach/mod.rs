@@ -3,6 +3,7 @@
 pub mod chain;
 pub mod child;
 pub mod config;
+pub mod gids;
 pub mod ipconf;
 pub mod move_dev;
 pub mod plan;

@@ -10,6 +10,7 @@ use std::path::Path;
 use ipnetwork::IpNetwork;
 
 use crate::attach::config::PluginConf;
+use crate::attach::gids::{verify_gids, wait_for_gids, with_view, GidView};
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
 use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
@@ -20,6 +21,7 @@ use crate::cni::result::{CniResult, Interface, IpConfig};
 use crate::cni::Request;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns};
 
 /// The lock/state key of a device: its PCI function when it has one (stable across renames and
@@ -99,6 +101,20 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         ipam_result: None,
         child: None,
         rdma: ib,
+        gids: Vec::new(),
+        gid_view: None,
+    };
+    // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the pod
+    // (exclusive), or on the host's ib device that lists the pod netdev by its pod name (shared).
+    let roce_ports = match (&att.rdma, pc.rdma) {
+        (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
+        (Some(_), _) | (None, crate::attach::rdma_dev::RdmaConf::Off) => Vec::new(),
+        (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
+    };
+    att.gid_view = match (&att.rdma, roce_ports.is_empty()) {
+        (_, true) => None,
+        (Some(_), false) => Some(GidView::Pod),
+        (None, false) => Some(GidView::Host),
     };
 
     let mut plan = Plan::new(ctx.fail_after.clone());
@@ -110,6 +126,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         &dev,
         &mut att,
         &host_addresses,
+        &roce_ports,
         &mut plan,
     ) {
         Ok(result) => {
@@ -133,6 +150,7 @@ fn add_steps<'a>(
     dev: &Link,
     att: &mut Attachment,
     host_addresses: &[IpNetwork],
+    roce_ports: &[(String, u32)],
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
     let k = ctx.kernel;
@@ -245,6 +263,39 @@ fn add_steps<'a>(
 
     let mut result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
+
+    if let (Some(view), false) = (att.gid_view, result.ips.is_empty()) {
+        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+        let ifname = req.env.ifname.clone();
+        let timeout = pc.gid_timeout;
+        let found = with_view(ctx.sys, view, netns, |sys| {
+            // rxe deletes its ib device when its netdev leaves the host netns (NETDEV_UNREGISTER):
+            // then there is no GID to report. Hardware keeps its ib device.
+            if roce_ports
+                .iter()
+                .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
+            {
+                crate::log::warn(&format!(
+                    "{ifname}: the ib device(s) {:?} went away when the netdev moved (software RoCE \
+                     does this); no GID to report",
+                    roce_ports
+                ));
+                return Ok(Vec::new());
+            }
+            wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
+        })?;
+        for g in &found {
+            crate::log::info(&format!(
+                "{}: {} has GID index {} ({}) on {} port {}",
+                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
+            ));
+        }
+        if found.is_empty() {
+            att.gid_view = None;
+        }
+        att.gids = found;
+    }
+    plan.checkpoint("gids")?;
 
     att.phase = Phase::Ready;
     att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
@@ -681,7 +732,20 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         check_ib_device(ctx.rdma, &ns, rec)?;
     }
     check_prev_addresses(ctx.kernel, &ns, &link, req)?;
+    check_gids(ctx.sys, &ns, &att)?;
     ctx.ipam.check(req)
+}
+
+/// CHECK's GID part: every recorded GID still holds its IP at its index.
+pub fn check_gids(sys: &SysRoot, ns: &Netns, att: &Attachment) -> Result<()> {
+    match att.gid_view {
+        Some(view) if !att.gids.is_empty() => {
+            let ifname = att.ifname.clone();
+            let gids = att.gids.clone();
+            with_view(sys, view, ns, move |s| verify_gids(s, &gids, &ifname))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// CHECK's RDMA part: the ib device is visible in the pod netns and its port is ACTIVE.

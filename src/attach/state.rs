@@ -79,6 +79,11 @@ pub struct Attachment {
     /// The ib device moved along (exclusive netns mode), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<crate::attach::rdma_dev::RdmaRecord>,
+    /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gids: Vec<crate::attach::gids::GidRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_view: Option<crate::attach::gids::GidView>,
 }
 
 /// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
@@ -407,6 +412,8 @@ mod tests {
             ipam_result: None,
             child: None,
             rdma: None,
+            gids: Vec::new(),
+            gid_view: None,
         }
     }
 

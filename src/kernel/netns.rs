@@ -92,6 +92,65 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Runs `f` with a sysfs mounted fresh inside this namespace, so it shows the namespace's
+    /// own netdevs and (in exclusive RDMA mode) ib devices: a sysfs mount is tagged with the
+    /// netns of whoever mounted it, so the host's /sys never shows a pod's devices. The mount
+    /// lives in a private mount namespace of a short-lived thread (unshare CLONE_FS|CLONE_NEWNS
+    /// is allowed per thread) and disappears with it; the host never sees it.
+    pub fn with_own_sysfs<T: Send>(
+        &self,
+        f: impl FnOnce(&crate::kernel::sysfs::SysRoot) -> io::Result<T> + Send,
+    ) -> io::Result<T> {
+        use nix::mount::{mount, umount2, MntFlags, MsFlags};
+        use nix::sched::unshare;
+        let fd = self.fd();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    unshare(CloneFlags::CLONE_FS | CloneFlags::CLONE_NEWNS)
+                        .map_err(io::Error::from)?;
+                    // Keep our mounts out of the host's mount namespace.
+                    mount(
+                        None::<&str>,
+                        "/",
+                        None::<&str>,
+                        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+                        None::<&str>,
+                    )
+                    .map_err(io::Error::from)?;
+                    setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+                    let dir = std::env::temp_dir().join(format!(
+                        "rdma-ns-sysfs-{}-{}",
+                        std::process::id(),
+                        nix::unistd::gettid()
+                    ));
+                    std::fs::create_dir_all(&dir)?;
+                    let result = mount(
+                        Some("sysfs"),
+                        &dir,
+                        Some("sysfs"),
+                        MsFlags::MS_RDONLY
+                            | MsFlags::MS_NOSUID
+                            | MsFlags::MS_NODEV
+                            | MsFlags::MS_NOEXEC,
+                        None::<&str>,
+                    )
+                    .map_err(io::Error::from)
+                    .and_then(|_| {
+                        let r = f(&crate::kernel::sysfs::SysRoot::new(&dir));
+                        let _ = umount2(&dir, MntFlags::MNT_DETACH);
+                        r
+                    });
+                    let _ = std::fs::remove_dir(&dir);
+                    result
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("sysfs worker thread panicked")))
+        })
+    }
+}
+
 /// Returns the namespace type (CLONE_NEW*) of `fd`, or -1 when the kernel does not know the
 /// ioctl (pre-4.11), in which case the nsfs magic check alone has to do.
 unsafe fn libc_ioctl_nstype(fd: i32) -> i32 {
@@ -116,6 +175,40 @@ mod tests {
     fn other_namespace_kinds_are_refused() {
         let err = Netns::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
         assert!(err.to_string().contains("not a network namespace"), "{err}");
+    }
+
+    #[test]
+    fn own_sysfs_shows_the_namespace_netdevs_not_the_hosts() {
+        let name = format!("rdmans-sysfs-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(ip(&["netns", "add", &name]));
+        assert!(ip(&[
+            "-n", &name, "link", "add", "podonly0", "type", "veth", "peer", "name", "podonly1"
+        ]));
+        let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+        let seen = ns.with_own_sysfs(|sys| sys.list_dir("class/net"));
+        ip(&["netns", "del", &name]);
+        let seen = seen.unwrap();
+        assert!(seen.contains(&"podonly0".to_string()), "{seen:?}");
+        assert!(
+            !Path::new("/sys/class/net/podonly0").exists(),
+            "the host's /sys does not show it"
+        );
+        let host: Vec<String> = std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            host.iter().all(|h| h == "lo" || !seen.contains(h)),
+            "no host netdev but lo: {seen:?}"
+        );
     }
 
     #[test]

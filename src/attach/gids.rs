@@ -1,0 +1,239 @@
+//! RoCE GID indexes for the pod's addresses: found, recorded, and re-checked.
+//!
+//! RoCE v2 traffic is addressed by GID index (NCCL_IB_GID_INDEX, ib_write_bw -x). The kernel
+//! adds a GID for each IP of a netdev bound to a RoCE port, from a workqueue, shortly after the
+//! address appears, at an index that depends on the order addresses came: index 2 was seen for a
+//! pod's IPv4 on rxe, not 3. So the index is looked up, never assumed, and ADD waits (bounded)
+//! until the kernel has added it.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernel::rdma::{GidType, RdmaSysfs};
+use crate::kernel::sysfs::SysRoot;
+
+/// Default bound on the wait for the kernel to add the pod's GIDs.
+pub const DEFAULT_GID_TIMEOUT_MS: u64 = 3_000;
+
+/// One pod IP's GID, as ADD recorded it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GidRecord {
+    pub ip: IpAddr,
+    pub ibdev: String,
+    pub port: u32,
+    pub index: u32,
+    /// `RoCE v2` or `IB/RoCE v1`.
+    pub gid_type: String,
+}
+
+/// Polls `sys` until every IP in `ips` has a GID on one of `ports` (ib device, port) whose
+/// netdev is `ndev`, or until `timeout`. Each IP takes the first port that has it.
+pub fn wait_for_gids(
+    sys: &SysRoot,
+    ports: &[(String, u32)],
+    ips: &[IpAddr],
+    ndev: &str,
+    timeout: Duration,
+) -> Result<Vec<GidRecord>> {
+    let topo = RdmaSysfs::new(sys);
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for ip in ips {
+            let mut hit = None;
+            for (ibdev, port) in ports {
+                let gid = topo.find_gid_for_ip(ibdev, *port, *ip, ndev).map_err(|e| {
+                    Error::io(format!("reading the GID table of {ibdev} port {port}"), e)
+                })?;
+                if let Some((index, gid_type)) = gid {
+                    hit = Some(GidRecord {
+                        ip: *ip,
+                        ibdev: ibdev.clone(),
+                        port: *port,
+                        index,
+                        gid_type: gid_type_text(&gid_type),
+                    });
+                    break;
+                }
+            }
+            match hit {
+                Some(h) => found.push(h),
+                None => missing.push(*ip),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::GidMissing(format!(
+                "the kernel added no RoCE GID for {} on {ndev} ({}) within {} ms: RDMA traffic from \
+                 the pod would have no source GID. Check that the RoCE port is up and that the \
+                 address is not tentative (IPv6 DAD)",
+                missing.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
+                ports
+                    .iter()
+                    .map(|(d, p)| format!("{d} port {p}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                timeout.as_millis()
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Where the GIDs of a pod interface are read: the host's sysfs (shared netns mode: the ib
+/// device stays in the host and lists the pod netdev's GIDs by its pod name), or a sysfs mounted
+/// inside the pod netns (exclusive mode: the ib device moved there and vanished from the host's
+/// /sys). A fixture root set for tests (RDMA_NS_SYSFS_ROOT) stands for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GidView {
+    Host,
+    Pod,
+}
+
+/// Runs `f` on the sysfs of `view`.
+pub fn with_view<T: Send>(
+    sys: &SysRoot,
+    view: GidView,
+    netns: &crate::kernel::Netns,
+    f: impl FnOnce(&SysRoot) -> Result<T> + Send,
+) -> Result<T> {
+    if view == GidView::Host || sys.root() != std::path::Path::new("/sys") {
+        return f(sys);
+    }
+    let mut out = None;
+    netns
+        .with_own_sysfs(|pod_sys| {
+            out = Some(f(pod_sys));
+            Ok(())
+        })
+        .map_err(|e| {
+            Error::io(
+                format!(
+                    "mounting a sysfs inside the pod netns {}",
+                    netns.path().display()
+                ),
+                e,
+            )
+        })?;
+    out.expect("closure ran")
+}
+
+/// The RoCE ports (ib device, port) a host netdev is bound to, by its own device or rxe's
+/// `parent` (a GID-table-only match is an upper device such as a VLAN, whose GIDs belong to
+/// the lower device's port and follow on their own).
+pub fn roce_ports_of(sys: &SysRoot, netdev: &str) -> Result<Vec<(String, u32)>> {
+    let topo = RdmaSysfs::new(sys);
+    let refs = topo
+        .ib_ports_for_netdev(netdev)
+        .map_err(|e| Error::io(format!("reading the ib devices of {netdev} in sysfs"), e))?;
+    let mut out = Vec::new();
+    for r in refs {
+        if r.via == crate::kernel::rdma::NetdevLink::GidTable {
+            continue;
+        }
+        let dev = topo
+            .device(&r.ibdev)
+            .map_err(|e| Error::io(format!("reading ib device {}", r.ibdev), e))?;
+        let roce = dev
+            .and_then(|d| {
+                d.port(r.port)
+                    .map(|p| p.link_layer == crate::kernel::rdma::LinkLayer::Ethernet)
+            })
+            .unwrap_or(false);
+        if roce {
+            out.push((r.ibdev, r.port));
+        }
+    }
+    Ok(out)
+}
+
+fn gid_type_text(t: &GidType) -> String {
+    t.to_string()
+}
+
+/// CHECK: each recorded GID still holds its IP for `ndev` (the index may not have moved either:
+/// applications were told that index).
+pub fn verify_gids(sys: &SysRoot, records: &[GidRecord], ndev: &str) -> Result<()> {
+    let topo = RdmaSysfs::new(sys);
+    for r in records {
+        let now = topo
+            .find_gid_for_ip(&r.ibdev, r.port, r.ip, ndev)
+            .map_err(|e| {
+                Error::io(
+                    format!("reading the GID table of {} port {}", r.ibdev, r.port),
+                    e,
+                )
+            })?;
+        match now {
+            Some((index, _)) if index == r.index => {}
+            Some((index, _)) => {
+                return Err(Error::CheckFailed(format!(
+                    "the GID for {} on {ndev} moved from index {} to {index} on {} port {}: \
+                     applications configured with index {} now use another GID",
+                    r.ip, r.index, r.ibdev, r.port, r.index
+                )))
+            }
+            None => {
+                return Err(Error::CheckFailed(format!(
+                    "the GID for {} on {ndev} (index {} on {} port {}) is gone: the address was \
+                     removed or the port went down",
+                    r.ip, r.index, r.ibdev, r.port
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::rdma::fixtures::SysfsFixture;
+
+    #[test]
+    fn finds_the_recorded_index_and_notices_when_it_goes() {
+        let fx = SysfsFixture::all().unwrap();
+        let table = RdmaSysfs::new(fx.root()).gid_table("mlx5_0", 1).unwrap();
+        let entry = table
+            .iter()
+            .find(|g| g.ipv4().is_some() && g.ndev.is_some())
+            .expect("the fixture has an IPv4 RoCE v2 GID");
+        let ip = IpAddr::V4(entry.ipv4().unwrap());
+        let ndev = entry.ndev.clone().unwrap();
+        let ports = vec![("mlx5_0".to_string(), 1)];
+        let got =
+            wait_for_gids(fx.root(), &ports, &[ip], &ndev, Duration::from_millis(50)).unwrap();
+        assert_eq!(got[0].index, entry.index);
+        assert_eq!(got[0].gid_type, "RoCE v2");
+        verify_gids(fx.root(), &got, &ndev).unwrap();
+
+        let other: IpAddr = "10.250.0.9".parse().unwrap();
+        let err = wait_for_gids(
+            fx.root(),
+            &ports,
+            &[other],
+            &ndev,
+            Duration::from_millis(30),
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), 121, "{err}");
+        assert!(err.to_string().contains("10.250.0.9"), "{err}");
+
+        let mut moved = got.clone();
+        moved[0].index += 1;
+        let err = verify_gids(fx.root(), &moved, &ndev).unwrap_err();
+        assert!(err.to_string().contains("moved"), "{err}");
+        let err = verify_gids(fx.root(), &got, "some-other-netdev").unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+    }
+}
