@@ -119,6 +119,7 @@ fn a_failed_macvlan_add_at_each_step_leaves_nothing_behind() {
         "addresses",
         "up",
         "routes",
+        "gids",
         "state",
     ] {
         let ns = TestNetns::new();

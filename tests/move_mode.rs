@@ -361,6 +361,7 @@ fn a_failed_add_at_each_step_leaves_the_host_exactly_as_before() {
         "addresses",
         "up",
         "routes",
+        "gids",
         "state",
     ] {
         let ns = TestNetns::new();

@@ -308,6 +308,7 @@ fn a_failed_child_add_at_any_step_leaves_nothing() {
         "addresses",
         "up",
         "routes",
+        "gids",
         "state",
     ] {
         let w = World::new(eth_parent(), r#""mode":"macvlan""#);

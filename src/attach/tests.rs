@@ -204,6 +204,7 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
         "addresses",
         "up",
         "routes",
+        "gids",
         "state",
     ] {
         let w = World::new();
