@@ -9,6 +9,77 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 
+/// NetworkAttachmentDefinitions and pods in conf/*.yaml, by file name.
+fn yaml_docs() -> Vec<(String, Value)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/conf");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".yaml") {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            let v: Value = serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            found.push((name, v));
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// The conflists NADs carry in spec.config (a JSON string).
+fn nad_conflists() -> Vec<(String, Value)> {
+    yaml_docs()
+        .into_iter()
+        .filter(|(_, d)| d["kind"] == "NetworkAttachmentDefinition")
+        .map(|(name, d)| {
+            assert_eq!(d["apiVersion"], "k8s.cni.cncf.io/v1", "{name}");
+            assert!(d["metadata"]["name"].is_string(), "{name}: metadata.name");
+            let config = d["spec"]["config"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: spec.config"));
+            let v: Value =
+                serde_json::from_str(config).unwrap_or_else(|e| panic!("{name}: spec.config: {e}"));
+            assert_eq!(
+                v["name"], d["metadata"]["name"],
+                "{name}: the network is named like the NAD"
+            );
+            (name, v)
+        })
+        .collect()
+}
+
+#[test]
+fn the_pod_example_requests_the_shared_hca_and_a_defined_network() {
+    let docs = yaml_docs();
+    let (_, pod) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Pod")
+        .expect("conf/pod.yaml");
+    let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(limits["rdma/hca_shared"], 1, "{pod}");
+    let network = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .unwrap();
+    let nads: Vec<String> = nad_conflists()
+        .into_iter()
+        .map(|(_, c)| c["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        nads.contains(&network.to_string()),
+        "{network} is one of {nads:?}"
+    );
+    let modprobe = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/modprobe.d/ib_core.conf"
+    ))
+    .unwrap();
+    assert!(
+        modprobe
+            .lines()
+            .any(|l| l.trim() == "options ib_core netns_mode=0"),
+        "{modprobe}"
+    );
+}
+
 fn examples() -> Vec<(String, Value)> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/conf");
     let mut found = Vec::new();
@@ -21,6 +92,7 @@ fn examples() -> Vec<(String, Value)> {
         }
     }
     found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.extend(nad_conflists());
     found
 }
 
@@ -54,11 +126,34 @@ fn every_example_conf_is_accepted_by_the_plugin() {
             if conf["ipam"]["type"] == "host-local" {
                 conf["ipam"]["dataDir"] = json!(format!("{}/host-local", data.str()));
             }
-            let add = Call::new("ADD", "example", &ns.path(), "net1").run(&conf);
+            if conf["ipam"]["type"] == "whereabouts" {
+                // A cluster-wide IPAM (needs the Kubernetes API): static stands in for it here.
+                conf["ipam"] =
+                    json!({"type": "static", "addresses": [{"address": "10.123.0.2/24"}]});
+            }
+            if conf["mode"] == "rdma" {
+                conf["prevResult"] = json!({"cniVersion": conf["cniVersion"],
+                    "interfaces": [{"name": "net1", "sandbox": ns.path()}], "ips": []});
+            }
+            // Without a device name, a device plugin allocates the device and Multus passes it as
+            // deviceID: a fixture sysfs maps that PCI address to the test veth.
+            let sys = FixtureSys::new();
+            sys.add_pci("0000:3b:00.2", &[&veth.nic]);
+            if conf["mode"] == "move" && conf.get("device").is_none() {
+                conf["deviceID"] = json!("0000:3b:00.2");
+            }
+            let (k, v) = sys.env();
+            let call = |cmd: &str| Call::new(cmd, "example", &ns.path(), "net1").env(&k, &v);
+            let add = call("ADD").run(&conf);
             match conf["mode"].as_str() {
                 Some("ipoib") => {
                     let msg = add.err(110);
                     assert!(msg.contains("IPoIB"), "{file}: {msg}");
+                }
+                Some("rdma") => {
+                    // This kernel has no RDMA at all: the conf is accepted, the environment is not.
+                    let msg = add.err(120);
+                    assert!(msg.contains("exclusive"), "{file}: {msg}");
                 }
                 _ => {
                     add.ok();
