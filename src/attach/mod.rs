@@ -2,6 +2,7 @@
 
 pub mod child;
 pub mod config;
+pub mod devinfo;
 pub mod devperm;
 pub mod ipconf;
 pub mod move_dev;
