@@ -203,37 +203,38 @@ fn parse_mode(field: &str, v: &Value) -> Result<u32> {
 
 /// A group name (looked up with getgrnam, i.e. /etc/group or NSS) or a numeric gid.
 fn parse_group(field: &str, v: &Value) -> Result<u32> {
-    let gid =
-        match v {
-            Value::Number(n) => n
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| Error::config(field, format!("{n} is not a gid")))?,
-            Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s
-                .parse::<u32>()
-                .map_err(|_| Error::config(field, format!("{s:?} is not a gid")))?,
-            Value::String(s) if !s.is_empty() => match nix::unistd::Group::from_name(s) {
-                Ok(Some(g)) => g.gid.as_raw(),
-                Ok(None) => return Err(Error::config(
+    let gid = match v {
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| Error::config(field, format!("{n} is not a gid")))?,
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s
+            .parse::<u32>()
+            .map_err(|_| Error::config(field, format!("{s:?} is not a gid")))?,
+        Value::String(s) if !s.is_empty() => match nix::unistd::Group::from_name(s) {
+            Ok(Some(g)) => g.gid.as_raw(),
+            Ok(None) => {
+                return Err(Error::config(
                     field,
                     format!(
                         "no group named {s:?} on this node (/etc/group); create it or give a gid"
                     ),
-                )),
-                Err(e) => {
-                    return Err(Error::config(
-                        field,
-                        format!("looking up group {s:?} failed: {e}"),
-                    ))
-                }
-            },
-            other => {
-                return Err(Error::config(
-                    field,
-                    format!("must be a group name or a gid, got {other}"),
                 ))
             }
-        };
+            Err(e) => {
+                return Err(Error::config(
+                    field,
+                    format!("looking up group {s:?} failed: {e}"),
+                ))
+            }
+        },
+        other => {
+            return Err(Error::config(
+                field,
+                format!("must be a group name or a gid, got {other}"),
+            ))
+        }
+    };
     // (gid_t)-1 means "leave the group alone" to chown(2).
     if gid == u32::MAX {
         return Err(Error::config(field, format!("{gid} is not a usable gid")));
