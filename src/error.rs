@@ -123,6 +123,12 @@ pub enum Error {
     /// 109: several errors during DEL or GC, all reported.
     #[error("{} errors: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Multiple(Vec<Error>),
+
+    /// 111: an RDMA char device node cannot be given the configured permissions: missing
+    /// (module not loaded), a symlink, not a char device, or another device number than sysfs
+    /// reports.
+    #[error("{0}")]
+    DevicePermission(String),
 }
 
 impl Error {
@@ -156,6 +162,7 @@ impl Error {
                 [only] => only.code(),
                 _ => 109,
             },
+            Error::DevicePermission(_) => 111,
         }
     }
 
@@ -219,6 +226,7 @@ mod tests {
         assert_eq!(Error::decode("stdin", "x").code(), 6);
         assert_eq!(Error::TryAgainLater("x".into()).code(), 11);
         assert_eq!(Error::DeviceNotFound("x".into()).code(), 100);
+        assert_eq!(Error::DevicePermission("x".into()).code(), 111);
         let one = Error::Multiple(vec![Error::State("s".into())]);
         assert_eq!(one.code(), 106);
         let two = Error::Multiple(vec![Error::State("s".into()), Error::Netns("n".into())]);

@@ -3,6 +3,8 @@
 pub mod chain;
 pub mod child;
 pub mod config;
+pub mod devinfo;
+pub mod devperm;
 pub mod gids;
 pub mod ipconf;
 pub mod move_dev;

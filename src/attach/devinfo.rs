@@ -1,0 +1,281 @@
+//! The NPWG device-info file (k8snetworkplumbingwg device-info-spec, version 1.1.0).
+//!
+//! With the `CNIDeviceInfoFile` capability, Multus passes `runtimeConfig.CNIDeviceInfoFile`, a
+//! path unique per attachment (`/var/run/k8s.cni.cncf.io/devinfo/cni/<unique>`); after the
+//! plugin chain it copies the file's content into the pod's `network-status` annotation as
+//! `device-info`. The spec (§4.2) lets a CNI plugin write the file when it does not exist and
+//! read and update it when it does (Multus first copies the device plugin's file there when the
+//! network has a `resourceName`), and asks the writer to create the directory when missing.
+//!
+//! Format (§3): `{"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:3b:00.2",
+//! "rdma-device": "mlx5_2", "pf-pci-address": "0000:3b:00.0"}}`; every `pci` key but
+//! `pci-address` is optional and left out when absent. The spec's types are `pci`, `vdpa`,
+//! `vhost-user` and `memif`: there is no type for auxiliary devices (mlx5 SFs), so none is
+//! written for them. `rdma-device` is a string naming the RDMA device; the spec says nothing
+//! about several, and the SR-IOV network device plugin joins them with `,`, which is done here
+//! too.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::cni::NetConf;
+use crate::error::{Error, Result};
+use crate::kernel::rdma::{BusDevice, RdmaSysfs};
+
+/// The spec version written.
+pub const SPEC_VERSION: &str = "1.1.0";
+
+/// The `type` of PCI devices.
+pub const TYPE_PCI: &str = "pci";
+
+/// The field named in errors about the path.
+const FIELD: &str = "runtimeConfig.CNIDeviceInfoFile";
+
+/// A device-info map. Keys this module does not know (other types' maps, newer fields) are
+/// kept in `extra`, so a file read and written back loses nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    #[serde(rename = "type")]
+    pub device_type: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<PciDevice>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The `pci` map (§3.1.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PciDevice {
+    /// Required: `dddd:BB:DD.f`.
+    pub pci_address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost_net: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf_pci_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub representor_device: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl PciDevice {
+    pub fn new(pci_address: impl Into<String>) -> PciDevice {
+        PciDevice {
+            pci_address: pci_address.into(),
+            vhost_net: None,
+            rdma_device: None,
+            pf_pci_address: None,
+            representor_device: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl DeviceInfo {
+    /// `type: pci` at the spec version this module writes.
+    pub fn pci(pci: PciDevice) -> DeviceInfo {
+        DeviceInfo {
+            device_type: TYPE_PCI.to_string(),
+            version: SPEC_VERSION.to_string(),
+            pci: Some(pci),
+            extra: Map::new(),
+        }
+    }
+
+    /// Update of an existing file (§5.1.2): when `existing` describes the same PCI function,
+    /// what it knows and this does not (a device plugin's `representor-device`, `vhost-net`,
+    /// unknown keys) is kept; this one's values win. A file about another device or of another
+    /// type is replaced: this plugin knows what it attached.
+    pub fn merged_over(mut self, existing: Option<&DeviceInfo>) -> DeviceInfo {
+        let (Some(ours), Some(old)) = (
+            self.pci.as_mut(),
+            existing
+                .filter(|e| e.device_type == TYPE_PCI)
+                .and_then(|e| e.pci.as_ref()),
+        ) else {
+            return self;
+        };
+        if old.pci_address != ours.pci_address {
+            return self;
+        }
+        for (mine, theirs) in [
+            (&mut ours.vhost_net, &old.vhost_net),
+            (&mut ours.rdma_device, &old.rdma_device),
+            (&mut ours.pf_pci_address, &old.pf_pci_address),
+            (&mut ours.representor_device, &old.representor_device),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+        for (k, v) in &old.extra {
+            ours.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        self
+    }
+}
+
+/// Device info for a PCI function (PF or VF) from sysfs: `pf-pci-address` from its `physfn`
+/// link, `rdma-device` from its `infiniband/` entries (joined with `,` if several). Code 100
+/// when sysfs has no such function.
+pub fn for_pci(rdma: &RdmaSysfs<'_>, bdf: &str) -> Result<DeviceInfo> {
+    let func = rdma
+        .pci_function(bdf)
+        .map_err(|e| Error::io(format!("reading PCI function {bdf} in sysfs"), e))?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "no PCI function {bdf} in /sys/bus/pci/devices (for the device-info file)"
+            ))
+        })?;
+    let mut pci = PciDevice::new(func.bdf);
+    pci.pf_pci_address = func.physfn;
+    if !func.ib_devices.is_empty() {
+        pci.rdma_device = Some(func.ib_devices.join(","));
+    }
+    Ok(DeviceInfo::pci(pci))
+}
+
+/// Device info for a netdev's or ib device's parent device: a PCI function gets
+/// [`for_pci`]; an auxiliary device (mlx5 SF) or anything else gets None, since spec 1.1.0
+/// defines no type for it and its parent PF's address would name the wrong device.
+pub fn for_bus_device(rdma: &RdmaSysfs<'_>, dev: &BusDevice) -> Result<Option<DeviceInfo>> {
+    match dev {
+        BusDevice::Pci { bdf } => for_pci(rdma, bdf).map(Some),
+        BusDevice::Auxiliary { .. } | BusDevice::Other { .. } => Ok(None),
+    }
+}
+
+/// `runtimeConfig.CNIDeviceInfoFile`, checked; None when not given (or empty).
+pub fn path_from_conf(conf: &NetConf) -> Result<Option<PathBuf>> {
+    match conf.runtime_config.cni_device_info_file.as_deref() {
+        None | Some("") => Ok(None),
+        Some(p) => check_path(Path::new(p)).map(|p| Some(p.to_path_buf())),
+    }
+}
+
+/// The path must be absolute, name a file (no trailing `/`), and have no `..` component, so a
+/// runtime bug cannot make the plugin write or delete outside the directory it names. Code 7.
+pub fn check_path(path: &Path) -> Result<&Path> {
+    let text = path.as_os_str().to_string_lossy();
+    if !path.is_absolute() {
+        return Err(Error::config(
+            FIELD,
+            format!("{text:?} is not an absolute path"),
+        ));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(Error::config(
+            FIELD,
+            format!("{text:?} contains a `..` component"),
+        ));
+    }
+    if text.ends_with('/') || path.file_name().is_none() {
+        return Err(Error::config(
+            FIELD,
+            format!("{text:?} does not name a file"),
+        ));
+    }
+    Ok(path)
+}
+
+/// Reads an existing device-info file; None when there is none. A file that is not a
+/// device-info map is an error (code 6) naming it.
+pub fn read(path: &Path) -> Result<Option<DeviceInfo>> {
+    check_path(path)?;
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::io(
+                format!("reading device-info file {}", path.display()),
+                e,
+            ))
+        }
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        Error::decode(
+            format!("device-info file {}", path.display()),
+            e.to_string(),
+        )
+    })
+}
+
+/// Writes `info` atomically: a temp file in the same directory, fsync, rename over `path`,
+/// fsync the directory. A missing directory is created 0700. The file is 0444, as the
+/// network-attachment-definition-client (which Multus and the device plugins use) writes it.
+pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
+    check_path(path)?;
+    let json = serde_json::to_vec(info).map_err(|e| {
+        Error::decode(
+            format!("encoding device info for {}", path.display()),
+            e.to_string(),
+        )
+    })?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            Error::io(
+                format!("creating device-info directory {}", dir.display()),
+                e,
+            )
+        })?;
+    write_atomic(dir, path, &json)
+        .map_err(|e| Error::io(format!("writing device-info file {}", path.display()), e))
+}
+
+/// Removes the file; an absent file is fine.
+pub fn remove(path: &Path) -> Result<()> {
+    check_path(path)?;
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(
+            format!("removing device-info file {}", path.display()),
+            e,
+        )),
+    }
+}
+
+fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        // A temp file left by a killed run with a recycled pid is ours to replace.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests;
