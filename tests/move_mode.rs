@@ -180,9 +180,15 @@ fn selection_by_hwaddr_pci_aux_and_kernelpath() {
         let result = out.json();
         if sel.get("pciBusID").is_some() {
             assert_eq!(
+                result["interfaces"][0]["pciID"], "0000:3b:00.2",
+                "the selected function: {result}"
+            );
+        }
+        if sel.get("hwaddr").is_some() {
+            assert_eq!(
                 result["interfaces"][0].get("pciID"),
                 None,
-                "a veth has no PCI parent"
+                "a veth has no PCI parent: {result}"
             );
         }
         Call::new("DEL", "sel1", &ns.path(), "net1")
@@ -614,4 +620,32 @@ fn version_about_cni_args_and_runtime_config_spellings() {
     assert!(log.contains("debug"), "logFile at logLevel debug: {log}");
     call.command = "DEL".into();
     call.run(&conf).ok();
+}
+
+#[test]
+fn the_device_info_file_is_written_for_the_pci_function_and_removed_on_del() {
+    let sys = FixtureSys::new();
+    let data = DataDir::new();
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    sys.add_pci("0000:3b:00.2", &[&veth.nic]);
+    let info_path = data.path().join("devinfo/net1-deviceinfo.json");
+    let conf = json!({"cniVersion": "1.0.0", "name": "dinfo", "type": "rdma-ns", "dataDir": data.state(),
+        "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true},
+        "runtimeConfig": {"deviceID": "0000:3b:00.2", "CNIDeviceInfoFile": info_path.display().to_string()}});
+    let (k, v) = sys.env();
+    Call::new("ADD", "di", &ns.path(), "net1")
+        .env(&k, &v)
+        .run(&conf)
+        .ok();
+    let info: Value = serde_json::from_str(&std::fs::read_to_string(&info_path).unwrap()).unwrap();
+    assert_eq!(info["type"], "pci", "{info}");
+    assert_eq!(info["version"], "1.1.0", "{info}");
+    assert_eq!(info["pci"]["pci-address"], "0000:3b:00.2", "{info}");
+    Call::new("DEL", "di", &ns.path(), "net1")
+        .env(&k, &v)
+        .run(&conf)
+        .ok();
+    assert!(!info_path.exists(), "removed on DEL");
+    assert!(host_link(&veth.nic).is_some());
 }

@@ -171,6 +171,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         rdma: Some(rec.clone()),
         gids: Vec::new(),
         gid_view: None,
+        perm_changes: Vec::new(),
+        device_info_file: None,
     };
     let mut plan = Plan::new(ctx.fail_after.clone());
     let outcome = (|| {
@@ -190,13 +192,21 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
                     e,
                 )
             })?;
+        let undo_rec = rec.clone();
         plan.on_undo("ib-move", move || {
             ctx.rdma
-                .move_device(pod, rec.index, Ns::Host)
-                .map_err(|e| move_error(&rec, "back to the host netns", e))
+                .move_device(pod, undo_rec.index, Ns::Host)
+                .map_err(|e| move_error(&undo_rec, "back to the host netns", e))
         });
         plan.checkpoint("ib-move")?;
         let mut ready = att.clone();
+        crate::attach::publish::apply_permissions(
+            ctx,
+            req,
+            &mut ready,
+            std::slice::from_ref(&rec.ibdev),
+            &mut plan,
+        )?;
         ready.phase = Phase::Ready;
         ctx.store.save(&ready)?;
         plan.checkpoint("state")
@@ -233,6 +243,9 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
             }
         }
     }
+    let mut errors = Vec::new();
+    crate::attach::publish::release_all(ctx, &att, &mut errors);
+    Error::collect(errors)?;
     ctx.store
         .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)
 }

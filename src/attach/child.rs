@@ -258,6 +258,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         rdma: None,
         gids: Vec::new(),
         gid_view: None,
+        perm_changes: Vec::new(),
+        device_info_file: None,
     };
     // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
     let roce_ports = match (pc.mode, pc.rdma) {
@@ -405,6 +407,12 @@ fn add_steps<'a>(
     att.pod_ifindex = Some(index);
     att.pod_mtu = Some(link.mtu);
 
+    let perm_ibdevs = match crate::attach::devperm::from_conf(&req.conf)? {
+        Some(_) => crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?,
+        None => Vec::new(),
+    };
+    crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
+
     let mut result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
 
@@ -463,6 +471,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         if let Err(e) = release_child(ctx.kernel, req.env.netns.as_deref(), att) {
             errors.push(e);
         }
+        crate::attach::publish::release_all(ctx, att, &mut errors);
     }
     if let Err(e) = ctx.ipam.del(req) {
         errors.push(e);

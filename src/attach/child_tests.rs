@@ -243,6 +243,7 @@ impl World {
             store: &self.store,
             ipam: &self.ipam,
             rdma: &self.rdma,
+            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
             fail_after: fail_after.map(str::to_string),
         }
     }
@@ -378,6 +379,7 @@ mod gids {
             store: &w.store,
             ipam: &w.ipam,
             rdma: &w.rdma,
+            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
             fail_after: fail_after.map(str::to_string),
         };
         child::add(&ctx, &req, &pc).map(|_| ())

@@ -9,6 +9,7 @@ pub mod gids;
 pub mod ipconf;
 pub mod move_dev;
 pub mod plan;
+pub mod publish;
 pub mod rdma_dev;
 pub mod select;
 pub mod state;
@@ -87,6 +88,8 @@ pub struct Ctx<'a> {
     pub store: &'a Store,
     pub ipam: &'a dyn IpamOps,
     pub rdma: &'a dyn RdmaOps,
+    /// Where the RDMA char devices live (`/dev/infiniband`; env `RDMA_NS_DEV_DIR` in tests).
+    pub dev_dir: &'a std::path::Path,
     /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
     pub fail_after: Option<String>,
 }
@@ -119,6 +122,10 @@ impl RdmaNs {
         let kernel = RealKernel::new()
             .map_err(|e| Error::io("opening an rtnetlink socket in the host netns", e))?;
         let sys = SysRoot::from_env();
+        let dev_dir = std::env::var_os("RDMA_NS_DEV_DIR")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| devperm::DEFAULT_DEV_DIR.into());
         let store = Store::new(&pc.data_dir);
         let ctx = Ctx {
             kernel: &kernel,
@@ -126,6 +133,7 @@ impl RdmaNs {
             store: &store,
             ipam: &DelegatedIpam,
             rdma: &RealRdma::default(),
+            dev_dir: &dev_dir,
             fail_after: plan::fault_injection_point(),
         };
         f(&ctx, &pc)

@@ -10,9 +10,11 @@ use std::path::Path;
 use ipnetwork::IpNetwork;
 
 use crate::attach::config::PluginConf;
+use crate::attach::devperm;
 use crate::attach::gids::{verify_gids, wait_for_gids, with_view, GidView};
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
+use crate::attach::publish;
 use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
 use crate::attach::select::select_host_device;
 use crate::attach::state::{Attachment, HostDevice, Phase};
@@ -83,7 +85,12 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         mtu: dev.mtu,
         hwaddr: dev.hwaddr_string(),
         perm_hwaddr: dev.perm_hwaddr.as_deref().map(format_hwaddr),
-        pci: dev.pci_address().map(str::to_string),
+        // The netdev's parent device from netlink, else the PCI function the selector named
+        // (sysfs listed this netdev under it).
+        pci: dev.pci_address().map(str::to_string).or(match selector {
+            crate::attach::select::Selector::Pci { address, .. } => Some(address.clone()),
+            _ => None,
+        }),
         was_up: dev.up,
         addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
     };
@@ -103,6 +110,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         rdma: ib,
         gids: Vec::new(),
         gid_view: None,
+        perm_changes: Vec::new(),
+        device_info_file: None,
     };
     // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the pod
     // (exclusive), or on the host's ib device that lists the pod netdev by its pod name (shared).
@@ -117,6 +126,13 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         (None, false) => Some(GidView::Host),
     };
 
+    // The ib devices whose char devices devicePermissions covers (read while the netdev is
+    // still in the host's /sys/class/net).
+    let perm_ibdevs = match (&att.rdma, devperm::from_conf(&req.conf)?) {
+        (_, None) => Vec::new(),
+        (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
+        (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
+    };
     let mut plan = Plan::new(ctx.fail_after.clone());
     match add_steps(
         ctx,
@@ -127,6 +143,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         &mut att,
         &host_addresses,
         &roce_ports,
+        &perm_ibdevs,
         &mut plan,
     ) {
         Ok(result) => {
@@ -151,6 +168,7 @@ fn add_steps<'a>(
     att: &mut Attachment,
     host_addresses: &[IpNetwork],
     roce_ports: &[(String, u32)],
+    perm_ibdevs: &[String],
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
     let k = ctx.kernel;
@@ -261,6 +279,8 @@ fn add_steps<'a>(
     att.pod_ifindex = Some(pod_link.index);
     att.pod_mtu = Some(pod_link.mtu);
 
+    publish::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
+
     let mut result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
 
@@ -296,6 +316,8 @@ fn add_steps<'a>(
         att.gids = found;
     }
     plan.checkpoint("gids")?;
+
+    publish::write_device_info(ctx, req, att, plan)?;
 
     att.phase = Phase::Ready;
     att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
@@ -409,6 +431,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
             if let Err(e) = release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att) {
                 errors.push(e);
             }
+            publish::release_all(ctx, att, &mut errors);
         }
         None => crate::log::info(&format!(
             "DEL {}:{}: no attachment record; nothing to bring back",
@@ -482,6 +505,20 @@ pub fn release_device(
             Ok(())
         }
     }
+}
+
+/// Names of the ib devices a host netdev belongs to (its own function's, or rxe's parent).
+pub fn ib_device_names(sys: &SysRoot, netdev: &str) -> Result<Vec<String>> {
+    let mut names: Vec<String> = crate::kernel::rdma::RdmaSysfs::new(sys)
+        .ib_ports_for_netdev(netdev)
+        .map_err(|e| Error::io(format!("reading the ib devices of {netdev} in sysfs"), e))?
+        .into_iter()
+        .filter(|p| p.via != crate::kernel::rdma::NetdevLink::GidTable)
+        .map(|p| p.ibdev)
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Equal hardware addresses; for 20-byte IPoIB addresses only the port GID (bytes 4-19)

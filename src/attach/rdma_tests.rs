@@ -110,6 +110,7 @@ impl World {
             store: &self.store,
             ipam: &self.ipam,
             rdma,
+            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
             fail_after: fail_after.map(str::to_string),
         };
         match command {
@@ -397,6 +398,7 @@ mod chained {
             store: &w.store,
             ipam: &w.ipam,
             rdma,
+            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
             fail_after: None,
         };
         match command {
@@ -482,5 +484,72 @@ mod chained {
         );
         assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
         assert_eq!(refusing.location("mlx5_2").as_deref(), Some("host"));
+    }
+}
+
+mod published {
+    use super::*;
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode_of(p: &std::path::Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn device_permissions_apply_after_the_move_and_are_restored_on_del_and_rollback() {
+        let w = World::new(vec![roce_netdev()]);
+        let dev = TempDir::new("devdir");
+        let uverbs = dev.path().join("uverbs0");
+        mknod(
+            &uverbs,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(231, 192),
+        )
+        .unwrap();
+        std::fs::set_permissions(&uverbs, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+        let fields = r#""device":"ens1f0np0","devicePermissions":{"uverbs":"0600"}"#;
+        let run = |command, fail_after: Option<&str>| {
+            let req = w.request(command, fields, POD);
+            let pc = PluginConf::from_conf(&req.conf).unwrap();
+            let ctx = Ctx {
+                kernel: w.kernel,
+                sys: w.fx.root(),
+                store: &w.store,
+                ipam: &w.ipam,
+                rdma: &rdma,
+                dev_dir: dev.path(),
+                fail_after: fail_after.map(str::to_string),
+            };
+            match command {
+                Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
+                _ => move_dev::del(&ctx, &req, &pc),
+            }
+        };
+        run(Command::Add, None).unwrap();
+        assert_eq!(mode_of(&uverbs), 0o600);
+        let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
+        assert_eq!(att.perm_changes.len(), 1);
+        assert_eq!(att.perm_changes[0].old_mode & 0o777, 0o666);
+        run(Command::Del, None).unwrap();
+        assert_eq!(mode_of(&uverbs), 0o666, "restored on DEL");
+
+        run(Command::Add, Some("addresses")).unwrap_err();
+        assert_eq!(mode_of(&uverbs), 0o666, "restored on rollback");
+
+        std::fs::remove_file(&uverbs).unwrap();
+        let err = run(Command::Add, None).unwrap_err();
+        assert_eq!(err.code(), 111, "{err}");
+        assert!(
+            err.to_string().contains("ib_uverbs"),
+            "names the module to load: {err}"
+        );
+        assert_eq!(
+            rdma.location("mlx5_0").as_deref(),
+            Some("host"),
+            "rolled back"
+        );
     }
 }

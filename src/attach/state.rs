@@ -84,6 +84,12 @@ pub struct Attachment {
     pub gids: Vec<crate::attach::gids::GidRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid_view: Option<crate::attach::gids::GidView>,
+    /// Char-device permission changes (conf devicePermissions), restored on release.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub perm_changes: Vec<crate::attach::devperm::PermChange>,
+    /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info_file: Option<String>,
 }
 
 /// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
@@ -414,6 +420,8 @@ mod tests {
             rdma: None,
             gids: Vec::new(),
             gid_view: None,
+            perm_changes: Vec::new(),
+            device_info_file: None,
         }
     }
 

@@ -120,6 +120,7 @@ impl World {
             store: &self.store,
             ipam: &self.ipam,
             rdma: &self.rdma,
+            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
             fail_after: fail_after.map(str::to_string),
         }
     }
