@@ -1,0 +1,259 @@
+//! VM-tier cases of the plugin on a real RDMA kernel (Debian 6.1 with Soft-RoCE). They run only
+//! inside the VM (tests/vm/run.sh; the host tier skips `vm_*`), where each case starts with
+//! rxe0 over the veth rxev0 (peer rxev1), an empty netns `vmpod` and shared netns mode.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+const POD: &str = "/run/netns/vmpod";
+
+fn scratch() -> String {
+    std::env::var("RDMA_NS_VM_SCRATCH").expect("run inside the VM tier (RDMA_NS_VM_SCRATCH)")
+}
+
+/// The plugin's data dir for this case, registered with the runner's leak check (it must be
+/// empty when the case ends).
+fn state_dir() -> String {
+    let dir = format!("{}/state", scratch());
+    if let Ok(list) = std::env::var("RDMA_NS_VM_STATE_DIRS") {
+        let known = std::fs::read_to_string(&list).unwrap_or_default();
+        if !known.lines().any(|l| l == dir) {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&list)
+                .unwrap();
+            writeln!(f, "{dir}").unwrap();
+        }
+    }
+    dir
+}
+
+/// The GID table entry holding `gid` (uncompressed, as sysfs prints it) on `ndev`, read
+/// straight from sysfs, independently of the plugin's reader.
+fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {
+    let port = format!("/sys/class/infiniband/{ibdev}/ports/1");
+    let mut entries: Vec<u32> = std::fs::read_dir(format!("{port}/gids"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    entries.sort();
+    entries.into_iter().find(|i| {
+        std::fs::read_to_string(format!("{port}/gids/{i}"))
+            .map(|s| s.trim() == gid)
+            .unwrap_or(false)
+            && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
+                .map(|s| s.trim() == ndev)
+                .unwrap_or(false)
+    })
+}
+
+fn record(network: &str, container: &str, ifname: &str) -> Value {
+    let path = format!("{}/{network}/{container}:{ifname}.json", state_dir());
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .unwrap()
+}
+
+fn macvlan_conf(extra: Value) -> Value {
+    let mut conf = json!({"cniVersion": "1.0.0", "name": "vmroce", "type": "rdma-ns", "mode": "macvlan",
+        "master": "rxev0", "dataDir": state_dir(),
+        "ipam": {"type": "static", "addresses": [{"address": "10.9.0.5/24"}]}});
+    for (k, v) in extra.as_object().unwrap() {
+        conf[k] = v.clone();
+    }
+    conf
+}
+
+#[test]
+fn vm_macvlan_on_rxe_reports_the_gid_index_the_kernel_chose() {
+    let conf = macvlan_conf(json!({}));
+    let add = Call::new("ADD", "gidpod", POD, "net1").run(&conf);
+    add.ok();
+    let rec = record("vmroce", "gidpod", "net1");
+    let gid = &rec["gids"][0];
+    assert_eq!(gid["ibdev"], "rxe0", "{rec}");
+    assert_eq!(gid["ip"], "10.9.0.5", "{rec}");
+    assert_eq!(gid["gidType"], "RoCE v2", "{rec}");
+    let kernel_index = sysfs_gid_index("rxe0", "0000:0000:0000:0000:0000:ffff:0a09:0005", "net1")
+        .expect("the kernel added the pod IP's GID on net1");
+    assert_eq!(
+        gid["index"], kernel_index,
+        "the plugin reports exactly the kernel's index: {rec}"
+    );
+    eprintln!("pod IP 10.9.0.5 on net1: GID index {kernel_index}");
+
+    let mut with_prev = conf.clone();
+    with_prev["prevResult"] = add.json();
+    Call::new("CHECK", "gidpod", POD, "net1")
+        .run(&with_prev)
+        .ok();
+    // The kernel drops the GID with the address: CHECK must notice.
+    sh(&[
+        "ip",
+        "-n",
+        "vmpod",
+        "addr",
+        "del",
+        "10.9.0.5/24",
+        "dev",
+        "net1",
+    ]);
+    let msg = Call::new("CHECK", "gidpod", POD, "net1")
+        .run(&with_prev)
+        .err(108);
+    assert!(msg.contains("10.9.0.5"), "{msg}");
+    Call::new("DEL", "gidpod", POD, "net1").run(&conf).ok();
+    assert!(link_in(Some("vmpod"), "net1").is_none());
+}
+
+#[test]
+fn vm_macvlan_on_rxe_del_after_the_pod_netns_was_deleted() {
+    let conf = macvlan_conf(json!({}));
+    let ns = TestNetns::new();
+    Call::new("ADD", "gonepod", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+    let path = ns.path();
+    ns.delete();
+    Call::new("DEL", "gonepod", &path, "net1").run(&conf).ok();
+    Call::new("DEL", "gonepod", "", "net1").run(&conf).ok();
+    assert!(std::fs::read_dir(format!("{}/vmroce", state_dir()))
+        .map(|d| d.count() == 0)
+        .unwrap_or(true));
+}
+
+fn char_dev_of(class: &str, prefix: &str, ibdev: &str) -> String {
+    for e in std::fs::read_dir(format!("/sys/class/{class}"))
+        .unwrap()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(prefix)
+            && std::fs::read_to_string(e.path().join("ibdev"))
+                .map(|s| s.trim() == ibdev)
+                .unwrap_or(false)
+        {
+            return format!("/dev/infiniband/{name}");
+        }
+    }
+    panic!("no {prefix} device for {ibdev}");
+}
+
+fn mode_of(path: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn vm_device_permissions_on_real_char_devices_are_set_and_restored() {
+    let uverbs = char_dev_of("infiniband_verbs", "uverbs", "rxe0");
+    let umad = char_dev_of("infiniband_mad", "umad", "rxe0");
+    let (uverbs_before, umad_before) = (mode_of(&uverbs), mode_of(&umad));
+    let conf = macvlan_conf(json!({"devicePermissions": {"uverbs": "0600", "umad": "0660"}}));
+    Call::new("ADD", "permpod", POD, "net1").run(&conf).ok();
+    assert_eq!(mode_of(&uverbs), 0o600, "{uverbs}");
+    assert_eq!(mode_of(&umad), 0o660, "{umad}");
+    Call::new("DEL", "permpod", POD, "net1").run(&conf).ok();
+    assert_eq!(
+        (mode_of(&uverbs), mode_of(&umad)),
+        (uverbs_before, umad_before),
+        "restored"
+    );
+}
+
+#[test]
+fn vm_ipoib_needs_an_infiniband_parent() {
+    let conf = json!({"cniVersion": "1.0.0", "name": "vmib", "type": "rdma-ns", "mode": "ipoib",
+        "master": "rxev0", "pkey": "0x8001", "dataDir": state_dir()});
+    let msg = Call::new("ADD", "ibpod", POD, "ib0").run(&conf).err(110);
+    assert!(msg.contains("rxev0") && msg.contains("IPoIB"), "{msg}");
+    assert!(link_in(Some("vmpod"), "ib0").is_none());
+}
+
+/// Exclusive mode can be set only while no netns but the host's exists: drop the case's netns,
+/// wait until the kernel has freed it, switch.
+fn switch_to_exclusive() {
+    sh(&["ip", "netns", "del", "vmpod"]);
+    for _ in 0..200 {
+        if sh_ok(&["rdma", "system", "set", "netns", "exclusive"]) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("could not switch to exclusive netns mode");
+}
+
+#[test]
+fn vm_exclusive_mode_refused_ib_move_leaves_the_host_exactly_as_before() {
+    switch_to_exclusive();
+    sh(&["ip", "addr", "add", "192.0.2.1/24", "dev", "rxev0"]);
+    sh(&["ip", "link", "set", "rxev0", "mtu", "1400"]);
+    let before = host_view("rxev0");
+    let ns = TestNetns::new();
+    for rdma in ["auto", "exclusive"] {
+        let conf = json!({"cniVersion": "1.0.0", "name": "vmexcl", "type": "rdma-ns", "mode": "move",
+            "device": "rxev0", "rdma": rdma, "dataDir": state_dir(),
+            "ipam": {"type": "static", "addresses": [{"address": "10.9.1.2/24"}]}});
+        let msg = Call::new("ADD", "exclpod", &ns.path(), "net1")
+            .run(&conf)
+            .err(105);
+        assert!(
+            msg.contains("rxe0") && msg.contains("rdma_rxe"),
+            "names device and driver: {msg}"
+        );
+        assert!(
+            msg.contains("Operation not supported") && msg.contains("disassociate"),
+            "says why: {msg}"
+        );
+        assert_eq!(
+            host_view("rxev0"),
+            before,
+            "rdma={rdma}: the netdev is as before"
+        );
+        assert!(
+            std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
+            "rxe0 still registered"
+        );
+        assert!(ns.link("net1").is_none() && ns.link("rxev0").is_none());
+    }
+    ns.delete();
+}
+
+#[test]
+fn vm_chained_mode_error_paths_on_rxe() {
+    let prev =
+        json!({"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": POD}], "ips": []});
+    let conf = json!({"cniVersion": "1.0.0", "name": "vmchain", "type": "rdma-ns", "mode": "rdma",
+        "dataDir": state_dir(), "prevResult": prev});
+    let msg = Call::new("ADD", "chainpod", POD, "net1")
+        .run(&conf)
+        .err(120);
+    assert!(
+        msg.contains("shared") && msg.contains("netns_mode=0"),
+        "{msg}"
+    );
+
+    switch_to_exclusive();
+    let ns = TestNetns::new();
+    sh(&[
+        "ip", "link", "add", "chainv0", "type", "veth", "peer", "name", "chainv1",
+    ]);
+    sh(&[
+        "ip", "link", "set", "chainv0", "netns", &ns.name, "name", "net1",
+    ]);
+    let mut conf = conf.clone();
+    conf["prevResult"]["interfaces"][0]["sandbox"] = json!(ns.path());
+    let msg = Call::new("ADD", "chainpod", &ns.path(), "net1")
+        .run(&conf)
+        .err(100);
+    assert!(
+        msg.contains("no PCI parent") && msg.contains("deviceID"),
+        "{msg}"
+    );
+    ns.delete();
+    let _ = sh_ok(&["ip", "link", "del", "chainv1"]);
+}
