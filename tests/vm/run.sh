@@ -122,7 +122,7 @@ main() {
         case $1 in
         --list) list=1 ;;
         --no-install) install=0 ;;
-        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) want+=("$1") ;;
         esac
@@ -155,6 +155,8 @@ main() {
     kernel=$(pick_kernel)
     [[ -r $kernel ]] || die "cannot read $kernel (Debian installs it 0600: run as root)"
     [[ -d /lib/modules/${kernel#/boot/vmlinuz-} ]] || die "no modules for $kernel"
+
+    command -v cargo >/dev/null || die "cargo not found: the VM tier needs a Rust toolchain"
 
     # Build output must be visible in the VM: there / is the host's root read-only over 9p,
     # but /var/tmp, /var/log, /var/cache and /run are fresh tmpfs.
@@ -280,7 +282,7 @@ report() {
         vmnote="timed out after ${VM_TIMEOUT}s"
     elif ((${#status[@]} == 0)); then
         echo "---- BOOT FAILURE or the guest ran no case (vng exit $rc); console tail:"
-        tail -n 40 "$results/console.log" 2>/dev/null || true
+        if [[ -s $results/console.log ]]; then tail -n 40 "$results/console.log"; else echo "(the VM printed nothing)"; fi
         vmnote=${vmnote:-"boot failure (vng exit $rc)"}
     elif ! grep -q '^VMDONE' "$res"; then
         vmnote=${vmnote:-"guest did not finish (vng exit $rc)"}
@@ -291,7 +293,11 @@ report() {
         st=${status[$name]:-}
         if [[ -z $st ]]; then
             st=FAIL
-            note[$name]="not run"
+            if grep -qx "VMCASE-BEGIN $name" "$results/console.log" 2>/dev/null; then
+                note[$name]="started, no result (hung or crashed)"
+            else
+                note[$name]="not run"
+            fi
         fi
         if [[ $st == PASS ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
         printf '%-24s %-8s %s\n' "$name" "$st" "${note[$name]:-}"
