@@ -74,9 +74,11 @@ teardown() {
     link_names | awk '$1 != "lo" { print "link del dev " $1 }' >"$batch"
     # -force: go on past errors (a veth's peer is gone with it)
     [[ -s $batch ]] && ip -force -batch "$batch" >/dev/null 2>&1
-    if [[ $(cat /sys/module/ib_core/parameters/netns_mode) != Y ]]; then
-        rdma system set netns shared
-    fi
+    # Netns are freed asynchronously; until they are, the mode change answers EBUSY.
+    for _ in $(seq 1 100); do
+        [[ $(cat /sys/module/ib_core/parameters/netns_mode) == Y ]] && break
+        rdma system set netns shared 2>/dev/null || sleep 0.1
+    done
     rm -rf "${STATE_DIR:?}"
     return 0
 }
