@@ -18,7 +18,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 manifest=$here/cases
 
-APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils iproute2 busybox-static)
+# `file`: vng runs it to check that busybox is static (absent from a minimal Debian 12)
+APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils iproute2 busybox-static file)
 VNG_PIP=virtme-ng==1.42
 VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-480}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
