@@ -9,7 +9,14 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use vm_support::{case_netns, link_names, rdma_ns_bin, read, require_vm, run};
 
 const MODULES: &[&str] = &[
-    "ib_core", "rdma_rxe", "ib_umad", "rdma_ucm", "ib_uverbs", "veth", "macvlan", "dummy",
+    "ib_core",
+    "rdma_rxe",
+    "ib_umad",
+    "rdma_ucm",
+    "ib_uverbs",
+    "veth",
+    "macvlan",
+    "dummy",
     "ipvlan",
 ];
 
@@ -27,8 +34,10 @@ fn vm_kernel_is_debian_6_1() {
 fn vm_modules_loaded() {
     require_vm();
     let modules = read("/proc/modules");
-    let loaded: BTreeSet<&str> =
-        modules.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let loaded: BTreeSet<&str> = modules
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
     for m in MODULES {
         assert!(loaded.contains(m), "module {m} not in /proc/modules");
     }
@@ -40,7 +49,10 @@ fn vm_rxe0_registered_over_rxev0() {
     assert_eq!(read("/sys/class/infiniband/rxe0/parent"), "rxev0");
     assert!(read("/sys/class/infiniband/rxe0/node_type").contains("CA"));
     let link = run("rdma", &["link", "show", "rxe0/1"]);
-    assert!(link.contains("netdev rxev0"), "rdma link show rxe0/1: {link}");
+    assert!(
+        link.contains("netdev rxev0"),
+        "rdma link show rxe0/1: {link}"
+    );
 }
 
 #[test]
@@ -56,7 +68,10 @@ fn vm_rxe0_port_active() {
 fn vm_char_devices_present() {
     require_vm();
     let cm = std::fs::metadata("/dev/infiniband/rdma_cm").expect("/dev/infiniband/rdma_cm");
-    assert!(cm.file_type().is_char_device(), "rdma_cm is not a char device");
+    assert!(
+        cm.file_type().is_char_device(),
+        "rdma_cm is not a char device"
+    );
 
     let mut rxe0_verbs = vec![];
     for entry in std::fs::read_dir("/dev/infiniband").expect("/dev/infiniband") {
@@ -65,12 +80,19 @@ fn vm_char_devices_present() {
         if !name.starts_with("uverbs") {
             continue;
         }
-        assert!(entry.metadata().unwrap().file_type().is_char_device(), "{name} not a char device");
+        assert!(
+            entry.metadata().unwrap().file_type().is_char_device(),
+            "{name} not a char device"
+        );
         if read(&format!("/sys/class/infiniband_verbs/{name}/ibdev")) == "rxe0" {
             rxe0_verbs.push(name);
         }
     }
-    assert_eq!(rxe0_verbs.len(), 1, "expected one uverbs device for rxe0: {rxe0_verbs:?}");
+    assert_eq!(
+        rxe0_verbs.len(),
+        1,
+        "expected one uverbs device for rxe0: {rxe0_verbs:?}"
+    );
 }
 
 #[test]
@@ -85,10 +107,17 @@ fn vm_netns_mode_shared() {
 fn vm_fresh_links_and_netns() {
     require_vm();
     let host: BTreeSet<String> = link_names(None).into_iter().collect();
-    let want: BTreeSet<String> = ["lo", "rxev0", "rxev1"].iter().map(|s| s.to_string()).collect();
+    let want: BTreeSet<String> = ["lo", "rxev0", "rxev1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(host, want, "host netns links");
     for dev in ["rxev0", "rxev1"] {
-        assert_eq!(read(&format!("/sys/class/net/{dev}/operstate")), "up", "{dev} operstate");
+        assert_eq!(
+            read(&format!("/sys/class/net/{dev}/operstate")),
+            "up",
+            "{dev} operstate"
+        );
     }
 
     let pod = case_netns();
@@ -99,7 +128,11 @@ fn vm_fresh_links_and_netns() {
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect();
     assert_eq!(netns, vec![pod_name.to_string()], "ip netns list");
-    assert_eq!(link_names(Some(pod_name)), vec!["lo".to_string()], "links in {pod_name}");
+    assert_eq!(
+        link_names(Some(pod_name)),
+        vec!["lo".to_string()],
+        "links in {pod_name}"
+    );
 }
 
 #[test]
@@ -107,7 +140,11 @@ fn vm_runner_env() {
     require_vm();
     let bin = rdma_ns_bin();
     let meta = std::fs::metadata(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    assert!(meta.is_file() && meta.permissions().mode() & 0o111 != 0, "{} not executable", bin.display());
+    assert!(
+        meta.is_file() && meta.permissions().mode() & 0o111 != 0,
+        "{} not executable",
+        bin.display()
+    );
     let state = std::path::Path::new("/var/lib/cni/rdma-ns");
     assert!(
         !state.exists() || std::fs::read_dir(state).unwrap().next().is_none(),
