@@ -1,0 +1,68 @@
+//! Helpers for VM-only integration tests (`tests/vm_*.rs`, test functions named `vm_...`).
+//!
+//! These tests run inside the VM that `tests/vm/run.sh` boots (see tests/README.md, "VM tier");
+//! the host tier skips them with `cargo test -- --skip vm_`. Include with `mod vm_support;`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Panics with a clear message unless running inside the VM tier (`RDMA_NS_IN_VM=1`).
+pub fn require_vm() {
+    if std::env::var("RDMA_NS_IN_VM").as_deref() != Ok("1") {
+        panic!(
+            "VM-only test: run it with `tests/vm/run.sh <case>`, or skip it on the host with \
+             `cargo test -- --skip vm_`"
+        );
+    }
+}
+
+/// The rdma-ns binary built on the host (`RDMA_NS_BIN`).
+pub fn rdma_ns_bin() -> PathBuf {
+    PathBuf::from(std::env::var_os("RDMA_NS_BIN").expect("RDMA_NS_BIN is set by the VM runner"))
+}
+
+/// The fresh network namespace the runner made for this case (`RDMA_NS_VM_NETNS`, a path
+/// under /run/netns).
+pub fn case_netns() -> PathBuf {
+    PathBuf::from(std::env::var_os("RDMA_NS_VM_NETNS").expect("RDMA_NS_VM_NETNS is set"))
+}
+
+/// Runs a command; panics with its output unless it exits 0; returns its stdout.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "`{cmd} {}` failed ({}): {}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Reads a (sysfs, procfs) text file, trimmed.
+pub fn read(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// Names of the links in the current netns, or in `netns` (a name under /run/netns).
+pub fn link_names(netns: Option<&str>) -> Vec<String> {
+    let mut args = vec![];
+    if let Some(ns) = netns {
+        args.extend(["-n", ns]);
+    }
+    args.extend(["-o", "link", "show"]);
+    run("ip", &args)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect()
+}
