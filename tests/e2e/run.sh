@@ -3,7 +3,7 @@
 # beyond the package registries). A veth's host end stands in for the RDMA NIC.
 #
 #   tests/e2e/run.sh            every case
-#   tests/e2e/run.sh CASE...    only these: podman ctr cri
+#   tests/e2e/run.sh CASE...    only these: podman ctr cri musl install-sh daemonset containerfile
 #   E2E_KEEP=1 tests/e2e/run.sh keep the temp dir (logs, configs) for a look afterwards
 #
 # It installs what it needs by package name (apt: podman, containerd, runc, busybox-static,
@@ -26,7 +26,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-ALL_CASES=(podman ctr cri)
+ALL_CASES=(podman ctr cri musl install-sh daemonset containerfile)
 CASES=("$@")
 [ "${#CASES[@]}" -gt 0 ] || CASES=("${ALL_CASES[@]}")
 for c in "${CASES[@]}"; do
@@ -87,6 +87,7 @@ IMG_PAUSE="localhost/rdma-ns-e2e/pause:$TAG"
 RESULTS=()
 PASSED=0
 FAILED=0
+SKIPPED=0
 CONTAINERD_PID=""
 export CONTAINERS_CONF=$TMP/podman/containers.conf
 export CONTAINERS_STORAGE_CONF=$TMP/podman/storage.conf
@@ -141,7 +142,7 @@ cleanup() {
   for d in /proc/[0-9]*; do
     local pid=${d#/proc/}
     [ "$pid" != $$ ] || continue
-    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF "$TMP/" && pids+=("$pid")
+    { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/" && pids+=("$pid")
   done
   if [ "${#pids[@]}" -gt 0 ]; then
     say "ending left-over processes of this run: ${pids[*]}"
@@ -354,9 +355,11 @@ EOF
 }
 
 # ================================================================= cases
-case_podman() {
-  local P=$TMP/podman nic=re2${TAG}pm name=rdma-ns-e2e-$TAG mac out netns data=$TMP/podman/state
-  local log=$P/rdma-ns.log
+# The private podman setup (containers.conf, storage.conf, registries.conf under $TMP/podman),
+# shared by the podman case and the installer-image case.
+setup_podman() {
+  local P=$TMP/podman
+  [ ! -f "$CONTAINERS_CONF" ] || return 0
   mkdir -p "$P"/{net.d,cni-bin,root,run,tmp,state}
   cp "$PLUGIN" "$P/cni-bin/rdma-ns"
   # Root here lacks CAP_SYS_RESOURCE: podman's default rlimits (raised to the maximum) make runc
@@ -364,7 +367,7 @@ case_podman() {
   local nofile nproc
   nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] || [ "$nofile" -gt 4096 ] && nofile=4096
   nproc=$(ulimit -Hu); [ "$nproc" = unlimited ] || [ "$nproc" -gt 4096 ] && nproc=4096
-  cat >"$CONTAINERS_CONF" <<EOF
+  cat >"$P/containers.conf.tmp" <<EOF
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
 [network]
@@ -385,13 +388,24 @@ runroot = "$P/run"
 graphroot = "$P/root"
 EOF
   echo 'unqualified-search-registries = []' >"$CONTAINERS_REGISTRIES_CONF"
+  mv "$P/containers.conf.tmp" "$CONTAINERS_CONF"
+}
+podman_image() { # the busybox image in podman's private storage
+  T 30 podman image exists "$IMG_BUSYBOX" ||
+    T 120 podman import -q "$TMP/img/rootfs.tar" "$IMG_BUSYBOX" >/dev/null
+}
+
+case_podman() {
+  local P=$TMP/podman nic=re2${TAG}pm name=rdma-ns-e2e-$TAG mac out netns data=$TMP/podman/state
+  local log=$P/rdma-ns.log
+  setup_podman
   make_nic "$nic" || die "cannot create veth $nic"
   mac=$(mac_of "$nic")
   ip link set "$nic" mtu 1500
   conflist "$NET" "$nic" 10.56.10.2/24 "$data" "$log" >"$P/net.d/$NET.conflist"
   step "podman $(podman --version | awk '{print $3}'), network_backend=cni, runtime runc, conflist from conf/move.conflist (device $nic, $mac)"
 
-  T 120 podman import -q "$TMP/img/rootfs.tar" "$IMG_BUSYBOX" >/dev/null || die "podman import failed"
+  podman_image || die "podman import failed"
   T 30 podman network ls --format '{{.Name}} {{.Driver}}' | grep -qx "$NET rdma-ns" ||
     die "podman does not list network $NET with driver rdma-ns: $(podman network ls 2>&1)"
   step "podman lists $NET (driver rdma-ns)"
@@ -518,6 +532,95 @@ case_cri() {
 }
 
 
+MUSL_TARGET=x86_64-unknown-linux-musl
+MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
+# A static musl release build, as install/Containerfile makes it. Skipped (exit 77) only when the
+# musl target cannot be had here (not x86_64, or rustup cannot download it).
+case_musl() {
+  [ "$(uname -m)" = x86_64 ] || { step "host is $(uname -m), not x86_64: skipped"; exit 77; }
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+    T 300 rustup target add "$MUSL_TARGET" >/dev/null 2>&1 ||
+      { step "rustup target add $MUSL_TARGET failed (no download here?): skipped"; exit 77; }
+  fi
+  step "rustup target $MUSL_TARGET installed"
+  T 1800 cargo build --release --locked --quiet --target "$MUSL_TARGET" || die "cargo build --target $MUSL_TARGET failed"
+  # Static: no PT_INTERP program header (a static-pie has PT_DYNAMIC but needs no loader).
+  "$PY" - "$MUSL_BIN" <<'PY' || die "$MUSL_BIN is not a static executable"
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:4] == b"\x7fELF" and data[4] == 2, "not ELF64"
+phoff, = struct.unpack_from("<Q", data, 0x20)
+phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+sys.exit(1 if 3 in types else 0)  # 3 = PT_INTERP
+PY
+  CNI_COMMAND=VERSION "$MUSL_BIN" </dev/null | grep -q supportedVersions || die "the musl binary does not answer VERSION"
+  step "cargo build --release --locked --target $MUSL_TARGET: $(stat -c %s "$MUSL_BIN") bytes, no ELF interpreter (static), answers VERSION"
+  touch "$TMP/musl-ok"
+}
+
+case_install_sh() { bash tests/e2e/install_sh_test.sh "$PLUGIN" "$TMP/install-sh"; }
+
+case_daemonset() {
+  "$PY" tests/e2e/check_install_manifests.py daemonset || exit 1
+  # The checks have teeth: broken copies of the manifest are rejected.
+  local bad=$TMP/daemonset-bad.yaml what
+  while IFS='|' read -r what expr; do
+    sed "$expr" install/daemonset.yaml >"$bad"
+    if "$PY" tests/e2e/check_install_manifests.py daemonset "$bad" >/dev/null 2>&1; then
+      die "the checker accepted a DaemonSet with $what"
+    fi
+  done <<'EOF'
+a copy straight over rdma-ns (no rename)|s|cp /usr/local/bin/rdma-ns "$tmp"|cp /usr/local/bin/rdma-ns "$dst/rdma-ns"|
+a temp file outside the target dir|s|tmp="$dst/.rdma-ns.tmp.$$"|tmp="/tmp/.rdma-ns.tmp.$$"|
+namespace default|s|namespace: kube-system|namespace: default|
+no /opt/cni/bin hostPath|s|path: /opt/cni/bin|path: /opt/cni/bin2|
+EOF
+  step "broken copies rejected: copy without rename, temp file outside the dir, wrong namespace, wrong hostPath"
+}
+
+# The Containerfile's static checks, then its image stage built locally (its base image and the
+# build stage need registries other than the package ones: the base is the local busybox image,
+# the binary the musl case's) and run: the ENTRYPOINT (install.sh) and the DaemonSet's init
+# command each place rdma-ns into a directory standing in for the host's /opt/cni/bin.
+case_containerfile() {
+  "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
+  if [ ! -f "$TMP/musl-ok" ]; then
+    step "no static binary from the musl case in this run: the image stage was not built"
+    return 0
+  fi
+  setup_podman
+  podman_image || die "podman import failed"
+  local ctx=$TMP/installer host=$TMP/installer-host-bin img=localhost/rdma-ns-e2e/installer:$TAG script
+  mkdir -p "$ctx/install" "$host"
+  cp "$MUSL_BIN" "$ctx/rdma-ns"
+  cp install/install.sh "$ctx/install/install.sh"
+  awk -v base="$IMG_BUSYBOX" '
+    /^FROM / { stage = $0; n = 0; delete lines; next }
+    { lines[n++] = $0 }
+    END {
+      print "FROM " base
+      for (i = 0; i < n; i++) { l = lines[i]; sub(/^COPY --from=[^ ]+ \/rdma-ns /, "COPY rdma-ns ", l); print l }
+    }' install/Containerfile >"$ctx/Containerfile"
+  grep -q '^COPY rdma-ns /usr/local/bin/rdma-ns' "$ctx/Containerfile" || die "cannot derive the image stage: $(cat "$ctx/Containerfile")"
+  T 300 podman build -q --pull=never -f "$ctx/Containerfile" -t "$img" "$ctx" >/dev/null || die "podman build of the image stage failed"
+  step "image stage built as $img (FROM the local busybox-static image, the musl binary)"
+  T 60 podman run --rm --network none -v "$host:/host/opt/cni/bin" "$img" >"$TMP/installer.out" 2>&1 ||
+    die "the installer image's ENTRYPOINT failed: $(cat "$TMP/installer.out")"
+  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "ENTRYPOINT did not place rdma-ns"
+  [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
+  step "ENTRYPOINT (install.sh) placed rdma-ns in the host dir: $(tail -1 "$TMP/installer.out")"
+  rm -f "$host/rdma-ns"
+  script=$("$PY" tests/e2e/check_install_manifests.py init-script) || die "cannot read the init command"
+  T 60 podman run --rm --network none --cap-drop ALL --cap-add CHOWN,DAC_OVERRIDE,FOWNER \
+    -v "$host:/host/opt/cni/bin" --entrypoint /bin/sh "$img" -c "$script" >"$TMP/init.out" 2>&1 ||
+    die "the DaemonSet init command failed in the image: $(cat "$TMP/init.out")"
+  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "the init command did not place rdma-ns"
+  [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
+  step "the DaemonSet's init command, run in the image with its capabilities, placed rdma-ns: $(tail -1 "$TMP/init.out")"
+  T 60 podman rmi "$img" >/dev/null || die "podman rmi $img failed"
+}
+
 run_case() {
   local name=$1 fn=$2 start rc
   start=$(date +%s)
@@ -527,6 +630,8 @@ run_case() {
   local secs=$(($(date +%s) - start))
   if [ "$rc" = 0 ]; then
     PASSED=$((PASSED + 1)); RESULTS+=("PASS  $name (${secs}s)")
+  elif [ "$rc" = 77 ]; then
+    SKIPPED=$((SKIPPED + 1)); RESULTS+=("SKIP  $name (${secs}s)")
   else
     FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
     case $name in
@@ -549,6 +654,10 @@ fi
 for c in "${CASES[@]}"; do
   case $c in
     podman) run_case podman case_podman ;;
+    musl) run_case musl case_musl ;;
+    install-sh) run_case install-sh case_install_sh ;;
+    daemonset) run_case daemonset case_daemonset ;;
+    containerfile) run_case containerfile case_containerfile ;;
     ctr | cri)
       if [ "$containerd_ok" = 1 ]; then
         run_case "$c" "case_$c"
@@ -565,7 +674,7 @@ leftovers=()
 [ -z "$CONTAINERD_PID" ] || ! kill -0 "$CONTAINERD_PID" 2>/dev/null || leftovers+=("containerd pid $CONTAINERD_PID")
 for d in /proc/[0-9]*; do
   [ "${d#/proc/}" != $$ ] || continue
-  tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF "$TMP/" && leftovers+=("process ${d#/proc/}")
+  { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/" && leftovers+=("process ${d#/proc/}")
 done
 for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^re2$TAG"); do leftovers+=("link $l"); done
 for m in $(findmnt -rn -o TARGET | grep -F "$TMP/"); do leftovers+=("mount $m"); done
@@ -579,5 +688,9 @@ fi
 
 say "== e2e summary (packages ${TIME_PACKAGES}s, build ${TIME_BUILD}s, images ${TIME_IMAGES}s${TIME_CONTAINERD:+, containerd ${TIME_CONTAINERD}s}, total $(($(date +%s) - STARTED))s)"
 for r in "${RESULTS[@]}"; do say "  $r"; done
-say "$PASSED passed, $FAILED failed"
+if [ "$SKIPPED" -gt 0 ]; then
+  say "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+else
+  say "$PASSED passed, $FAILED failed"
+fi
 [ "$FAILED" = 0 ]
