@@ -37,7 +37,8 @@ say() { printf '%s\n' "$*"; }
 step() { printf '    - %s\n' "$*"; }
 die() { printf '    FAIL: %s\n' "$*"; exit 1; }
 # T SECONDS CMD...: every external command that could hang runs under a timeout.
-T() { timeout --kill-after=5 "$@"; }
+# --foreground keeps the command in the script's process group, so a Ctrl-C reaches it at once.
+T() { timeout --foreground --kill-after=5 "$@"; }
 # wait_for SECONDS WHAT CMD...: polls CMD every 0.2 s until it succeeds or the time is up.
 wait_for() {
   local secs=$1 what=$2 deadline
@@ -100,6 +101,28 @@ done
 echo >"$TMP/links" # veth peers made here, one a line
 echo >"$TMP/netns" # netns paths seen here, one a line
 
+# PIDs of processes belonging to this run (see cleanup): the temp dir in their command line
+# (shims, conmon) or root, or a cgroup named after this run's ctr namespace or CRI ids.
+RUN_IDS=""
+run_pids() {
+  local d pid root cg id
+  [ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ] || continue
+    root=$(readlink "$d/root" 2>/dev/null)
+    if [[ $root == "$TMP/"* ]] || { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/"; then
+      echo "$pid"
+      continue
+    fi
+    cg=$(cat "$d/cgroup" 2>/dev/null) || continue
+    if [[ $cg == *"/$CTR_NS/"* ]]; then echo "$pid"; continue; fi
+    for id in $RUN_IDS; do
+      if [[ $cg == *"$id"* ]]; then echo "$pid"; break; fi
+    done
+  done
+}
+
 CLEANED=0
 cleanup() {
   [ "$CLEANED" = 0 ] || return 0
@@ -136,14 +159,19 @@ cleanup() {
     kill -KILL "$CONTAINERD_PID" 2>/dev/null
     wait "$CONTAINERD_PID" 2>/dev/null
   fi
-  # Left-over processes of this run (shims, conmon, container processes), found by the temp dir
-  # in their command line and ended by PID.
-  local pids=()
-  for d in /proc/[0-9]*; do
-    local pid=${d#/proc/}
-    [ "$pid" != $$ ] || continue
-    { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/" && pids+=("$pid")
+  # Containers the runtimes could not remove (daemon or shim gone): runc state lives under the
+  # temp dir (CRI runtime Root, ctr --runc-root), so runc itself can still kill and delete them.
+  local state root id
+  for state in $(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null); do
+    root=$(dirname "$(dirname "$state")")
+    id=$(basename "$(dirname "$state")")
+    T 20 runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1
+    T 20 runc --root "$root" delete --force "$id" >/dev/null 2>&1
   done
+  # Left-over processes of this run, ended by PID: shims and conmon (the temp dir is in their
+  # command line) and container processes (their root is a rootfs under the temp dir).
+  local pids=() pid
+  for pid in $(run_pids); do pids+=("$pid"); done
   if [ "${#pids[@]}" -gt 0 ]; then
     say "ending left-over processes of this run: ${pids[*]}"
     kill -KILL "${pids[@]}" 2>/dev/null
@@ -157,6 +185,14 @@ cleanup() {
   while read -r link; do
     [ -n "$link" ] && ip link del "$link" 2>/dev/null
   done <"$TMP/links"
+  # libcni's result cache of this run's network (left when a DEL never came); for the CRI also its
+  # loopback entries, named after the sandbox ids this run recorded.
+  rm -f /var/lib/cni/results/"$NET"-* 2>/dev/null
+  if [ -s "$TMP/cri-pods-all" ]; then
+    while read -r pod; do
+      [ -n "$pod" ] && rm -f /var/lib/cni/results/cni-loopback-"$pod"-lo
+    done <"$TMP/cri-pods-all"
+  fi
   # Mounts under the temp dir (container rootfs, shm), deepest first.
   findmnt -rn -o TARGET | grep -F "$TMP/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
   for p in "${CREATED_BY_US[@]}"; do
@@ -302,7 +338,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "$CD/cri-net.d"
     max_conf_num = 1
 EOF
-  containerd --config "$CD/config.toml" >"$CD/containerd.log" 2>&1 &
+  # Its own session: a Ctrl-C to the script must not stop it before the cleanup has used it to
+  # remove the pods. (A background job of this script is no group leader: setsid does not fork,
+  # so $! is containerd's PID.)
+  setsid containerd --config "$CD/config.toml" >"$CD/containerd.log" 2>&1 </dev/null &
   CONTAINERD_PID=$!
   wait_for 30 "containerd to serve $CD/containerd.sock" ctr -a "$CD/containerd.sock" version ||
     { tail -20 "$CD/containerd.log"; return 1; }
@@ -494,12 +533,15 @@ case_cri() {
   mkdir -p "$TMP/cri-logs" "$TMP/cri"
   pod=$(cri run-pod "rdma-e2e-$TAG" "uid-$TAG" default "$TMP/cri-logs") || die "RunPodSandbox failed: $(tail -5 "$CD/containerd.log")"
   echo "$pod" >>"$TMP/cri-pods"
+  echo "$pod" >>"$TMP/cri-pods-all"
+  echo "$pod" >>"$TMP/cri-ids"
   status=$(cri pod-status "$pod") || die "PodSandboxStatus failed"
   netns=$("$PY" -c 'import json,sys;print(json.loads(sys.argv[1])["netns"])' "$status")
   echo "$netns" >>"$TMP/netns"
   [[ $status == *'"ip": "10.56.12.2"'* ]] || die "PodSandboxStatus ip is not 10.56.12.2: $status"
   step "RunPodSandbox ${pod:0:12}: SANDBOX_READY, ip 10.56.12.2 (from the rdma-ns result), netns $netns"
   ctr=$(cri create-ctr "$pod" app "$IMG_BUSYBOX" "$TMP/cri-logs" sleep 600) || die "CreateContainer failed"
+  echo "$ctr" >>"$TMP/cri-ids"
   cri start-ctr "$ctr" || die "StartContainer failed"
   out=$(cri exec "$ctr" ip -o link show eth0) || die "ExecSync ip link failed: $out"
   [[ $out == *" mtu $MTU "* ]] || die "eth0 in the pod: expected mtu $MTU: $out"
@@ -669,13 +711,11 @@ done
 
 # Clean up before the summary (so its last line closes the output), then check that nothing
 # of this run is left: processes, daemons, links, netns, mounts, the temp dir.
+[ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
 cleanup
 leftovers=()
 [ -z "$CONTAINERD_PID" ] || ! kill -0 "$CONTAINERD_PID" 2>/dev/null || leftovers+=("containerd pid $CONTAINERD_PID")
-for d in /proc/[0-9]*; do
-  [ "${d#/proc/}" != $$ ] || continue
-  { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/" && leftovers+=("process ${d#/proc/}")
-done
+for pid in $(run_pids); do leftovers+=("process $pid"); done
 for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^re2$TAG"); do leftovers+=("link $l"); done
 for m in $(findmnt -rn -o TARGET | grep -F "$TMP/"); do leftovers+=("mount $m"); done
 [ "${E2E_KEEP:-0}" = 1 ] || [ ! -e "$TMP" ] || leftovers+=("dir $TMP")
