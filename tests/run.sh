@@ -38,6 +38,11 @@ echo "== unit and root integration tests (host kernel $(uname -r))"
 # vm_* tests need the VM tier's kernel (RDMA); they run there, not here.
 cargo test -- --skip vm_
 
+if [ -x tests/e2e/run.sh ]; then
+  echo "== e2e tier: podman, containerd (ctr and CRI), installer (tests/e2e/run.sh)"
+  tests/e2e/run.sh
+fi
+
 if [ "$run_vm" = 1 ] && [ -x tests/vm/run.sh ]; then
   echo "== VM tier (Debian kernel with RDMA, Soft-RoCE)"
   tests/vm/run.sh

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Static checks of the install manifests (Debian's python3-yaml; run by tests/e2e/run.sh).
+
+    check_install_manifests.py daemonset [PATH]  install/daemonset.yaml (or PATH: run.sh feeds
+                                              broken copies to show the checks catch them)
+    check_install_manifests.py containerfile  install/Containerfile (and its agreement with the
+                                              DaemonSet: binary path, mount path)
+    check_install_manifests.py init-script    print the DaemonSet init container's shell script
+                                              (run.sh executes it in the locally built image)
+
+Exits non-zero with one line per failed check.
+"""
+import os
+import re
+import shlex
+import sys
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DAEMONSET = os.path.join(REPO, "install", "daemonset.yaml")
+CONTAINERFILE = os.path.join(REPO, "install", "Containerfile")
+MUSL = "x86_64-unknown-linux-musl"
+DAEMONSET_PATH = [DAEMONSET]
+
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+    return cond
+
+
+def ok(msg):
+    print(f"    - {msg}")
+
+
+def load_daemonset():
+    with open(DAEMONSET_PATH[0]) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    ds = [d for d in docs if d.get("kind") == "DaemonSet"]
+    if len(ds) != 1:
+        sys.exit(f"    FAIL: expected exactly one DaemonSet in {DAEMONSET_PATH[0]}, found {len(ds)}")
+    return ds[0]
+
+
+def init_container(ds):
+    inits = ds["spec"]["template"]["spec"].get("initContainers") or []
+    if len(inits) != 1:
+        sys.exit(f"    FAIL: expected one init container, found {len(inits)}")
+    return inits[0]
+
+
+def init_script(c):
+    """The init container's shell script: command + args, `sh -c SCRIPT` form."""
+    argv = list(c.get("command") or []) + list(c.get("args") or [])
+    if len(argv) >= 3 and argv[0] in ("/bin/sh", "sh", "/bin/bash") and argv[1] == "-c":
+        return argv[2]
+    return None
+
+
+def expand(text, variables):
+    for _ in range(3):
+        text = re.sub(r'\$\{?(\w+)\}?', lambda m: variables.get(m.group(1), m.group(0)), text)
+    return text
+
+
+def copy_then_rename(script, mount):
+    """Finds `cp SRC TMP` then `mv [-f] TMP DEST/rdma-ns` with TMP in the same directory as the
+    destination (so the rename is atomic) and DEST the hostPath mount. Returns (src, tmp) or None."""
+    variables = {"$": "PID"}
+    cp = None
+    for raw in script.splitlines():
+        line = raw.strip()
+        m = re.match(r'^(\w+)=(.*)$', line)
+        if m:
+            value = shlex.split(m.group(2))[0] if m.group(2) else ""
+            variables[m.group(1)] = expand(value, variables)
+            continue
+        try:
+            words = [expand(w, variables) for w in shlex.split(line)]
+        except ValueError:
+            continue
+        if not words:
+            continue
+        if words[0] == "cp" and len(words) == 3:
+            cp = (words[1], words[2])
+        elif words[0] == "mv" and cp:
+            args = [w for w in words[1:] if not w.startswith("-")]
+            if len(args) == 2 and args[0] == cp[1]:
+                tmp, dest = args
+                same_dir = os.path.dirname(tmp) == os.path.dirname(dest) == mount
+                hidden = os.path.basename(tmp).startswith(".")
+                if same_dir and hidden and os.path.basename(dest) == "rdma-ns":
+                    return cp
+    return None
+
+
+def check_daemonset():
+    ds = load_daemonset()
+    check(ds.get("apiVersion") == "apps/v1", f"apiVersion is {ds.get('apiVersion')!r}, want apps/v1")
+    check(ds.get("kind") == "DaemonSet", "kind is not DaemonSet")
+    meta = ds.get("metadata") or {}
+    check(meta.get("namespace") == "kube-system", f"metadata.namespace is {meta.get('namespace')!r}")
+    check(bool(meta.get("name")), "metadata.name missing")
+    spec = ds.get("spec") or {}
+    tmpl = spec.get("template") or {}
+    sel = (spec.get("selector") or {}).get("matchLabels") or {}
+    labels = (tmpl.get("metadata") or {}).get("labels") or {}
+    check(sel and all(labels.get(k) == v for k, v in sel.items()),
+          "spec.selector.matchLabels do not match the template labels")
+    pod = tmpl.get("spec") or {}
+    check(any(t.get("operator") == "Exists" and "key" not in t for t in pod.get("tolerations") or []),
+          "no toleration for every taint (operator: Exists): tainted nodes would get no plugin")
+    check((pod.get("nodeSelector") or {}).get("kubernetes.io/os") == "linux", "nodeSelector kubernetes.io/os: linux missing")
+    check(pod.get("containers"), "no long-running container (the pod would complete and restart)")
+    ok("DaemonSet apps/v1 in kube-system, selector matches, tolerates all taints, linux nodes")
+
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+    host = [n for n, v in vols.items() if (v.get("hostPath") or {}).get("path") == "/opt/cni/bin"]
+    if not check(len(host) == 1, "no hostPath volume with path /opt/cni/bin"):
+        return None
+    c = init_container(ds)
+    mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") == host[0]]
+    if not check(len(mounts) == 1, "the init container does not mount the /opt/cni/bin hostPath"):
+        return None
+    mount = mounts[0]["mountPath"].rstrip("/")
+    check(not mounts[0].get("readOnly"), "the /opt/cni/bin mount is read-only")
+    ok(f"hostPath /opt/cni/bin (volume {host[0]}) mounted at {mount} in init container {c['name']}")
+
+    script = init_script(c)
+    if not check(script is not None, "the init container's command is not `/bin/sh -c SCRIPT`"):
+        return None
+    found = copy_then_rename(script, mount)
+    if check(found, f"the init script does not copy to a hidden temp name in {mount} and then "
+                    f"rename it over {mount}/rdma-ns:\n{script}"):
+        ok(f"init command copies {found[0]} to {found[1]}, then renames it over {mount}/rdma-ns")
+        check(re.search(r"set -e", script), "the init script does not stop on the first error (set -e)")
+    return {"mount": mount, "source": found[0] if found else None, "image": c.get("image")}
+
+
+def containerfile_stages():
+    stages = []
+    with open(CONTAINERFILE) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            stages.append({"from": m.group(1), "name": m.group(2), "lines": []})
+        elif stages:
+            stages[-1]["lines"].append((word, rest))
+    return stages
+
+
+def check_containerfile():
+    ds = check_daemonset()
+    stages = containerfile_stages()
+    if not check(len(stages) >= 2, f"Containerfile has {len(stages)} stage(s), want a build stage and an image stage"):
+        return
+    build, final = stages[0], stages[-1]
+    runs = " ".join(rest for word, rest in build["lines"] if word == "RUN")
+    check(build["name"], "the build stage has no name (FROM ... AS build)")
+    check(f"rustup target add {MUSL}" in runs, f"the build stage does not add the {MUSL} target")
+    check(re.search(rf"cargo build [^&;]*--release[^&;]*--target {MUSL}", runs) and "--locked" in runs,
+          f"the build stage does not run cargo build --release --locked --target {MUSL}")
+    for word, rest in build["lines"]:
+        if word == "COPY":
+            for src in rest.split()[:-1]:
+                check(os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist in the repository")
+    ok(f"build stage {build['name']} ({build['from']}): rustup target add {MUSL}; cargo build --release --locked --target {MUSL}")
+
+    copies = [rest.split() for word, rest in final["lines"] if word == "COPY"]
+    from_build = [c for c in copies if c and c[0] == f"--from={build['name']}"]
+    check(from_build, "the image stage copies nothing from the build stage")
+    binary_dest = from_build[0][-1] if from_build else None
+    check(any(c[-2:] == ["install/install.sh", "/usr/local/bin/install.sh"] for c in copies),
+          "the image stage does not ship install/install.sh as the copy script")
+    check(not any(word == "RUN" for word, _ in final["lines"]), "the image stage runs commands (keep it a plain copy)")
+    entry = [rest for word, rest in final["lines"] if word == "ENTRYPOINT"]
+    check(entry and "install.sh" in entry[0], "the ENTRYPOINT is not the copy script")
+    ok(f"image stage ({final['from']}): the static binary at {binary_dest}, install.sh as ENTRYPOINT")
+    if ds:
+        check(ds["source"] == binary_dest,
+              f"the DaemonSet copies {ds['source']} but the image has the binary at {binary_dest}")
+        check(entry and f"--bin-dir {ds['mount']}" in entry[0].replace('", "', " "),
+              f"the ENTRYPOINT's --bin-dir is not the DaemonSet's mount path {ds['mount']}")
+        ok("Containerfile and DaemonSet agree on the binary path and the host mount path")
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "daemonset":
+        if len(sys.argv) > 2:
+            DAEMONSET_PATH[0] = sys.argv[2]
+        check_daemonset()
+    elif what == "containerfile":
+        check_containerfile()
+    elif what == "init-script":
+        script = init_script(init_container(load_daemonset()))
+        if script is None:
+            sys.exit("the init container's command is not `/bin/sh -c SCRIPT`")
+        sys.stdout.write(script)
+        return
+    else:
+        sys.exit(__doc__)
+    for f in failures:
+        print(f"    FAIL: {f}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,736 @@
+#!/usr/bin/env bash
+# End-to-end tests with real container runtimes, as root on a Debian 12 host (no network needed
+# beyond the package registries). A veth's host end stands in for the RDMA NIC.
+#
+#   tests/e2e/run.sh            every case
+#   tests/e2e/run.sh CASE...    only these: podman ctr cri musl install-sh daemonset containerfile
+#   E2E_KEEP=1 tests/e2e/run.sh keep the temp dir (logs, configs) for a look afterwards
+#
+# It installs what it needs by package name (apt: podman, containerd, runc, busybox-static,
+# containernetworking-plugins, python3-venv, python3-yaml, ...; PyPI: grpcio and grpcio-tools
+# into a venv under target/e2e; crates.io: the k8s-cri crate, only for its copy of the CRI v1
+# proto), builds rdma-ns with cargo, builds the images locally from busybox-static, and starts
+# its own containerd with private config/root/state under a temp dir. Everything it makes
+# (containers, images, daemons, netns, links, mounts) is removed on exit, also on failure.
+# Every wait is bounded. The last line is "N passed, N failed"; the exit code is non-zero when
+# a case failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
+PY=/usr/bin/python3 # Debian's python (python3-yaml, python3-venv), whatever else is on PATH
+STARTED=$(date +%s)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "tests/e2e/run.sh must run as root (runtimes, network namespaces, links)" >&2
+  exit 1
+fi
+
+ALL_CASES=(podman ctr cri musl install-sh daemonset containerfile)
+CASES=("$@")
+[ "${#CASES[@]}" -gt 0 ] || CASES=("${ALL_CASES[@]}")
+for c in "${CASES[@]}"; do
+  [[ " ${ALL_CASES[*]} " == *" $c "* ]] || { echo "unknown case $c (known: ${ALL_CASES[*]})" >&2; exit 2; }
+done
+
+say() { printf '%s\n' "$*"; }
+step() { printf '    - %s\n' "$*"; }
+die() { printf '    FAIL: %s\n' "$*"; exit 1; }
+# T SECONDS CMD...: every external command that could hang runs under a timeout.
+# --foreground keeps the command in the script's process group, so a Ctrl-C reaches it at once.
+T() { timeout --foreground --kill-after=5 "$@"; }
+# wait_for SECONDS WHAT CMD...: polls CMD every 0.2 s until it succeeds or the time is up.
+wait_for() {
+  local secs=$1 what=$2 deadline
+  shift 2
+  deadline=$(($(date +%s) + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || { printf '    timed out after %ss waiting for %s\n' "$secs" "$what"; return 1; }
+    sleep 0.2
+  done
+}
+
+# ---------------------------------------------------------------- packages
+section_start=$(date +%s)
+say "== e2e: packages"
+PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
+  python3 python3-venv python3-yaml ca-certificates tar)
+need=()
+for pkg in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  say "installing: ${need[*]}"
+  T 300 apt-get update -q >/dev/null || { echo "apt-get update failed" >&2; exit 1; }
+  # runc is asked for by name so podman's "crun | runc" is satisfied by runc (crun 1.8.1 fails on
+  # this cgroup hybrid setup); --no-install-recommends keeps buildah, slirp4netns & co. out.
+  DEBIAN_FRONTEND=noninteractive T 900 apt-get install -y -q --no-install-recommends "${need[@]}" \
+    >/dev/null || { echo "apt-get install ${need[*]} failed" >&2; exit 1; }
+fi
+say "podman $(podman --version | awk '{print $3}'), containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
+TIME_PACKAGES=$(($(date +%s) - section_start))
+
+# ---------------------------------------------------------------- build
+section_start=$(date +%s)
+say "== e2e: cargo build"
+T 1800 cargo build --quiet || { echo "cargo build failed" >&2; exit 1; }
+PLUGIN=$REPO/target/debug/rdma-ns
+TIME_BUILD=$(($(date +%s) - section_start))
+
+# ---------------------------------------------------------------- temp dir and cleanup
+TMP=$(mktemp -d /tmp/rdma-ns-e2e.XXXXXX)
+chmod 0711 "$TMP"
+TAG=$(printf '%04x' $(($$ % 65536)))
+NET="rdma-e2e-$TAG"           # network name (conflists, libcni cache file names)
+CTR_NS="rdma-ns-e2e-$TAG"     # containerd namespace for the ctr case (CRI uses k8s.io)
+IMG_BUSYBOX="localhost/rdma-ns-e2e/busybox:$TAG"
+IMG_PAUSE="localhost/rdma-ns-e2e/pause:$TAG"
+RESULTS=()
+PASSED=0
+FAILED=0
+SKIPPED=0
+CONTAINERD_PID=""
+export CONTAINERS_CONF=$TMP/podman/containers.conf
+export CONTAINERS_STORAGE_CONF=$TMP/podman/storage.conf
+export CONTAINERS_REGISTRIES_CONF=$TMP/podman/registries.conf
+# Host paths the runtimes create on first use; removed afterwards only if this run created them.
+CREATED_BY_US=()
+for p in /var/lib/containers /run/runc /run/containerd; do
+  [ -e "$p" ] || CREATED_BY_US+=("$p")
+done
+echo >"$TMP/links" # veth peers made here, one a line
+echo >"$TMP/netns" # netns paths seen here, one a line
+
+# PIDs of processes belonging to this run (see cleanup): the temp dir in their command line
+# (shims, conmon) or root, or a cgroup named after this run's ctr namespace or CRI ids.
+RUN_IDS=""
+run_pids() {
+  local d pid root cg id
+  [ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ] || continue
+    root=$(readlink "$d/root" 2>/dev/null)
+    if [[ $root == "$TMP/"* ]] || { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/"; then
+      echo "$pid"
+      continue
+    fi
+    cg=$(cat "$d/cgroup" 2>/dev/null) || continue
+    if [[ $cg == *"/$CTR_NS/"* ]]; then echo "$pid"; continue; fi
+    for id in $RUN_IDS; do
+      if [[ $cg == *"$id"* ]]; then echo "$pid"; break; fi
+    done
+  done
+}
+
+CLEANED=0
+cleanup() {
+  [ "$CLEANED" = 0 ] || return 0
+  CLEANED=1
+  set +e
+  say "== e2e: cleanup"
+  # podman: containers, then images, in the private storage.
+  if [ -f "$CONTAINERS_CONF" ]; then
+    T 60 podman rm -af -t 0 >/dev/null 2>&1
+    T 60 podman rmi -af >/dev/null 2>&1
+  fi
+  # containerd: CRI pods (the CRI case removes its own; this is for a failure half-way), ctr
+  # containers, images, then the daemon by PID.
+  if [ -n "$CONTAINERD_PID" ] && kill -0 "$CONTAINERD_PID" 2>/dev/null; then
+    if [ -s "$TMP/cri-pods" ]; then
+      while read -r pod; do
+        [ -n "$pod" ] || continue
+        cri stop-pod "$pod" >/dev/null 2>&1
+        cri remove-pod "$pod" >/dev/null 2>&1
+      done <"$TMP/cri-pods"
+    fi
+    for ns in "$CTR_NS" k8s.io; do
+      for c in $(T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" containers ls -q 2>/dev/null); do
+        T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" tasks kill -s KILL "$c" >/dev/null 2>&1
+        T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" tasks rm -f "$c" >/dev/null 2>&1
+        T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" containers rm "$c" >/dev/null 2>&1
+      done
+      for i in $(T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" images ls -q 2>/dev/null); do
+        T 20 ctr -a "$TMP/containerd/containerd.sock" -n "$ns" images rm "$i" >/dev/null 2>&1
+      done
+    done
+    kill -TERM "$CONTAINERD_PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$CONTAINERD_PID" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$CONTAINERD_PID" 2>/dev/null
+    wait "$CONTAINERD_PID" 2>/dev/null
+  fi
+  # Containers the runtimes could not remove (daemon or shim gone): runc state lives under the
+  # temp dir (CRI runtime Root, ctr --runc-root), so runc itself can still kill and delete them.
+  local state root id
+  for state in $(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null); do
+    root=$(dirname "$(dirname "$state")")
+    id=$(basename "$(dirname "$state")")
+    T 20 runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1
+    T 20 runc --root "$root" delete --force "$id" >/dev/null 2>&1
+  done
+  # Left-over processes of this run, ended by PID: shims and conmon (the temp dir is in their
+  # command line) and container processes (their root is a rootfs under the temp dir).
+  local pids=() pid
+  for pid in $(run_pids); do pids+=("$pid"); done
+  if [ "${#pids[@]}" -gt 0 ]; then
+    say "ending left-over processes of this run: ${pids[*]}"
+    kill -KILL "${pids[@]}" 2>/dev/null
+  fi
+  # Network namespaces this run saw (pod netns left by a failure), then the veth pairs.
+  while read -r ns; do
+    [ -n "$ns" ] && [ -e "$ns" ] || continue
+    umount "$ns" 2>/dev/null
+    rm -f "$ns"
+  done <"$TMP/netns"
+  while read -r link; do
+    [ -n "$link" ] && ip link del "$link" 2>/dev/null
+  done <"$TMP/links"
+  # libcni's result cache of this run's network (left when a DEL never came); for the CRI also its
+  # loopback entries, named after the sandbox ids this run recorded.
+  rm -f /var/lib/cni/results/"$NET"-* 2>/dev/null
+  if [ -s "$TMP/cri-pods-all" ]; then
+    while read -r pod; do
+      [ -n "$pod" ] && rm -f /var/lib/cni/results/cni-loopback-"$pod"-lo
+    done <"$TMP/cri-pods-all"
+  fi
+  # Mounts under the temp dir (container rootfs, shm), deepest first.
+  findmnt -rn -o TARGET | grep -F "$TMP/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+  for p in "${CREATED_BY_US[@]}"; do
+    case "$p" in
+      /var/lib/containers) rm -rf /var/lib/containers/cache && rmdir /var/lib/containers 2>/dev/null ;;
+      *) find "$p" -depth -type d -empty -delete 2>/dev/null ;;
+    esac
+  done
+  if [ "${E2E_KEEP:-0}" = 1 ]; then
+    say "kept $TMP"
+  else
+    rm -rf "$TMP"
+  fi
+  return 0
+}
+trap 'rc=$?; cleanup; exit $rc' EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- shared helpers
+# New veth pair: $1 stands in for the NIC, $1p stays in the host.
+make_nic() {
+  ip link del "${1}p" 2>/dev/null || true
+  echo "${1}p" >>"$TMP/links"
+  ip link add "$1" type veth peer name "${1}p" && ip link set "${1}p" up
+}
+mac_of() { cat "/sys/class/net/$1/address"; }
+# Host links carrying this MAC, as "name" lines (none when the device is gone or in a pod).
+links_with_mac() {
+  ip -o link show | awk -v mac="$1" '$0 ~ "link/ether " mac {sub(":$","",$2); sub("@.*","",$2); print $2}'
+}
+mtu_of() { cat "/sys/class/net/$1/mtu"; }
+
+# conflist NAME DEVICE ADDRESS DATADIR LOGFILE: conf/move.conflist with the network name, the
+# device, the address, a private dataDir and a debug log file filled in.
+conflist() {
+  "$PY" - "$REPO/conf/move.conflist" "$@" <<'PY'
+import json, sys
+src, name, device, address, data, log = sys.argv[1:]
+nl = json.load(open(src))
+nl["name"] = name
+p = nl["plugins"][0]
+p["device"], p["dataDir"], p["logFile"], p["logLevel"] = device, data, log, "debug"
+p["ipam"]["addresses"] = [{"address": address}]
+print(json.dumps(nl, indent=2))
+PY
+}
+MTU=$("$PY" -c 'import json;print(json.load(open("conf/move.conflist"))["plugins"][0]["mtu"])')
+
+# plugin_calls LOG: one line per rdma-ns invocation in the log ("CMD netns=... ok|error: ...");
+# fails if any invocation logged an error. Lines carry the pid, so parallel calls are told apart.
+plugin_calls() {
+  awk '
+    match($0, /rdma-ns\[[0-9]+\]/) {
+      pid = substr($0, RSTART + 8, RLENGTH - 9)
+      if ($3 == "debug:" && $5 ~ /^container=/) {
+        order[n++] = pid; cmd[pid] = toupper($4)
+        netns = $0; sub(/.*netns=/, "", netns); ns[pid] = netns
+      } else if ($3 == "error:") {
+        msg = $0; sub(/.*error: /, "", msg); err[pid] = msg
+      }
+    }
+    END {
+      for (i = 0; i < n; i++) {
+        p = order[i]
+        printf "      %-5s netns=%s -> %s\n", cmd[p], ns[p], (p in err ? "error: " err[p] : "ok")
+        if (p in err) bad = 1
+      }
+      exit bad
+    }' "$1"
+}
+count_calls() { grep -c "debug: $2 container=" "$1" || true; }
+# Attachment records under a dataDir (lock files excluded: they are kept by design).
+records() { find "$1" -path "$1/locks" -prune -o -type f -path "$1/*/*" -print 2>/dev/null; }
+cni_cache() { ls /var/lib/cni/results 2>/dev/null | grep -F -- "$NET-" || true; }
+
+# Checks shared by the cases after the last DEL.
+expect_clean() { # DATADIR
+  local left
+  left=$(records "$1")
+  [ -z "$left" ] || die "attachment records left in $1: $left"
+  step "no attachment record left in the plugin's dataDir"
+  left=$(cni_cache)
+  [ -z "$left" ] || die "libcni result cache left in /var/lib/cni/results: $left"
+  step "no libcni cache entry left for $NET"
+}
+
+# ---------------------------------------------------------------- images
+section_start=$(date +%s)
+say "== e2e: images from busybox-static"
+mkdir -p "$TMP/img"
+"$PY" tests/e2e/mkimage.py /bin/busybox "$TMP/img" "$IMG_BUSYBOX=sh" "$IMG_PAUSE=sleep 2147483647" ||
+  { echo "building the images failed" >&2; exit 1; }
+TIME_IMAGES=$(($(date +%s) - section_start))
+
+# ---------------------------------------------------------------- containerd (ctr and cri)
+need_containerd=0
+for c in "${CASES[@]}"; do [[ $c == ctr || $c == cri ]] && need_containerd=1; done
+CD=$TMP/containerd
+CRI_NIC=re2${TAG}cr
+CRI_DATA=$TMP/cri/state
+CRI_LOG=$TMP/cri/rdma-ns.log
+ctr_() { T 60 ctr -a "$CD/containerd.sock" "$@"; }
+cri() { T 90 "$VENV/bin/python" "$REPO/tests/e2e/cri.py" --sock "$CD/containerd.sock" --gen "$TMP/cri-gen" "$@"; }
+start_containerd() {
+  mkdir -p "$CD"/{root,state,opt,runc,cri-bin,cri-net.d} "$TMP/cri"
+  # CNI for the CRI plugin: one bin_dir holding loopback (always run by the CRI), the IPAM
+  # plugin and rdma-ns; one conf dir holding only this run's network.
+  cp "$PLUGIN" "$CD/cri-bin/rdma-ns"
+  ln -s /usr/lib/cni/loopback /usr/lib/cni/static "$CD/cri-bin/"
+  conflist "$NET" "$CRI_NIC" 10.56.12.2/24 "$CRI_DATA" "$CRI_LOG" >"$CD/cri-net.d/$NET.conflist"
+  cat >"$CD/config.toml" <<EOF
+version = 2
+root = "$CD/root"
+state = "$CD/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$CD/containerd.sock"
+[ttrpc]
+  address = "$CD/containerd.sock.ttrpc"
+[debug]
+  level = "info"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CD/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$IMG_PAUSE"
+  # Root here lacks CAP_SYS_RESOURCE: without this the CRI cannot lower oom_score_adj.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        Root = "$CD/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CD/cri-bin"
+    conf_dir = "$CD/cri-net.d"
+    max_conf_num = 1
+EOF
+  # Its own session: a Ctrl-C to the script must not stop it before the cleanup has used it to
+  # remove the pods. (A background job of this script is no group leader: setsid does not fork,
+  # so $! is containerd's PID.)
+  setsid containerd --config "$CD/config.toml" >"$CD/containerd.log" 2>&1 </dev/null &
+  CONTAINERD_PID=$!
+  wait_for 30 "containerd to serve $CD/containerd.sock" ctr -a "$CD/containerd.sock" version ||
+    { tail -20 "$CD/containerd.log"; return 1; }
+  say "containerd pid $CONTAINERD_PID, socket $CD/containerd.sock"
+  for ns in "$CTR_NS" k8s.io; do
+    ctr_ -n "$ns" images import --snapshotter native "$TMP/img/oci.tar" >/dev/null || return 1
+  done
+}
+
+# ---------------------------------------------------------------- CRI client (python + grpcio)
+VENV=$REPO/target/e2e/venv
+GRPC_PINS=(grpcio==1.85.3 grpcio-tools==1.85.1)
+CRI_CRATE=k8s-cri
+CRI_CRATE_VERSION=0.11.0
+prepare_cri_client() {
+  # grpcio + grpcio-tools from PyPI in a venv kept under target/ (reused by later runs).
+  if ! "$VENV/bin/python" -c 'import grpc, grpc_tools' 2>/dev/null; then
+    rm -rf "$VENV"
+    "$PY" -m venv "$VENV" || return 1
+    T 600 "$VENV/bin/pip" install -q --disable-pip-version-check "${GRPC_PINS[@]}" || return 1
+  fi
+  # The CRI v1 proto (k8s.io/cri-api runtime/v1 api.proto) from a registry package: the k8s-cri
+  # crate on crates.io ships it as proto/v1.proto. Debian 12 packages no cri-api, and the PyPI
+  # CRI packages ship generated code only. `cargo fetch` of a throwaway manifest puts the crate
+  # into cargo's cache; only its proto file is used.
+  local cargo_home=${CARGO_HOME:-$HOME/.cargo} crate proto
+  crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" 2>/dev/null | head -1)
+  if [ -z "$crate" ]; then
+    mkdir -p "$TMP/cri-fetch/src"
+    : >"$TMP/cri-fetch/src/lib.rs"
+    cat >"$TMP/cri-fetch/Cargo.toml" <<EOF
+[package]
+name = "cri-proto-fetch"
+version = "0.0.0"
+edition = "2021"
+publish = false
+[dependencies]
+$CRI_CRATE = "=$CRI_CRATE_VERSION"
+[workspace]
+EOF
+    T 600 cargo fetch -q --manifest-path "$TMP/cri-fetch/Cargo.toml" --target "$(rustc -vV | awk '/^host:/{print $2}')" || return 1
+    crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" | head -1)
+  fi
+  mkdir -p "$TMP/cri-proto" "$TMP/cri-gen"
+  tar -xzf "$crate" -C "$TMP/cri-proto" "$CRI_CRATE-$CRI_CRATE_VERSION/proto/v1.proto" || return 1
+  proto=$TMP/cri-proto/$CRI_CRATE-$CRI_CRATE_VERSION/proto
+  "$VENV/bin/python" -m grpc_tools.protoc -I "$proto" --python_out="$TMP/cri-gen" \
+    --grpc_python_out="$TMP/cri-gen" v1.proto || return 1
+  step "CRI v1 client: grpcio $("$VENV/bin/python" -c 'import grpc;print(grpc.__version__)'), proto from crates.io $CRI_CRATE $CRI_CRATE_VERSION"
+}
+
+# ================================================================= cases
+# The private podman setup (containers.conf, storage.conf, registries.conf under $TMP/podman),
+# shared by the podman case and the installer-image case.
+setup_podman() {
+  local P=$TMP/podman
+  [ ! -f "$CONTAINERS_CONF" ] || return 0
+  mkdir -p "$P"/{net.d,cni-bin,root,run,tmp,state}
+  cp "$PLUGIN" "$P/cni-bin/rdma-ns"
+  # Root here lacks CAP_SYS_RESOURCE: podman's default rlimits (raised to the maximum) make runc
+  # fail with EPERM; explicit limits at or below the current hard limits work.
+  local nofile nproc
+  nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] || [ "$nofile" -gt 4096 ] && nofile=4096
+  nproc=$(ulimit -Hu); [ "$nproc" = unlimited ] || [ "$nproc" -gt 4096 ] && nproc=4096
+  cat >"$P/containers.conf.tmp" <<EOF
+[containers]
+default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+[network]
+network_backend = "cni"
+cni_plugin_dirs = ["$P/cni-bin", "/usr/lib/cni"]
+network_config_dir = "$P/net.d"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$P/events.log"
+tmp_dir = "$P/tmp"
+EOF
+  cat >"$CONTAINERS_STORAGE_CONF" <<EOF
+[storage]
+driver = "vfs"
+runroot = "$P/run"
+graphroot = "$P/root"
+EOF
+  echo 'unqualified-search-registries = []' >"$CONTAINERS_REGISTRIES_CONF"
+  mv "$P/containers.conf.tmp" "$CONTAINERS_CONF"
+}
+podman_image() { # the busybox image in podman's private storage
+  T 30 podman image exists "$IMG_BUSYBOX" ||
+    T 120 podman import -q "$TMP/img/rootfs.tar" "$IMG_BUSYBOX" >/dev/null
+}
+
+case_podman() {
+  local P=$TMP/podman nic=re2${TAG}pm name=rdma-ns-e2e-$TAG mac out netns data=$TMP/podman/state
+  local log=$P/rdma-ns.log
+  setup_podman
+  make_nic "$nic" || die "cannot create veth $nic"
+  mac=$(mac_of "$nic")
+  ip link set "$nic" mtu 1500
+  conflist "$NET" "$nic" 10.56.10.2/24 "$data" "$log" >"$P/net.d/$NET.conflist"
+  step "podman $(podman --version | awk '{print $3}'), network_backend=cni, runtime runc, conflist from conf/move.conflist (device $nic, $mac)"
+
+  podman_image || die "podman import failed"
+  T 30 podman network ls --format '{{.Name}} {{.Driver}}' | grep -qx "$NET rdma-ns" ||
+    die "podman does not list network $NET with driver rdma-ns: $(podman network ls 2>&1)"
+  step "podman lists $NET (driver rdma-ns)"
+  T 120 podman run -d --name "$name" --network "$NET" "$IMG_BUSYBOX" \
+    sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run failed (log: $(cat "$log" 2>/dev/null))"
+  netns=$(sed -n 's/.*debug: Add .*netns=Some("\(.*\)")/\1/p' "$log" | tail -1)
+  echo "$netns" >>"$TMP/netns"
+  step "container $name running; ADD got CNI_NETNS=$netns"
+
+  out=$(T 30 podman exec "$name" ip -o link show eth0) || die "podman exec ip link failed"
+  [[ $out == *" mtu $MTU "* ]] || die "eth0 in the container: expected mtu $MTU: $out"
+  [[ $out == *"link/ether $mac "* ]] || die "eth0 in the container is not $nic ($mac): $out"
+  out=$(T 30 podman exec "$name" ip -o addr show eth0) || die "podman exec ip addr failed"
+  [[ $out == *"inet 10.56.10.2/24 "* ]] || die "eth0 in the container: expected 10.56.10.2/24: $out"
+  step "inside (podman exec ip): eth0, mtu $MTU, $mac, inet 10.56.10.2/24"
+  [ -z "$(links_with_mac "$mac")" ] || die "$nic is still visible in the host"
+  [ -n "$(records "$data")" ] || die "no attachment record while the container runs"
+
+  T 60 podman stop -t 10 "$name" >/dev/null || die "podman stop failed"
+  [ "$(links_with_mac "$mac")" = "$nic" ] || die "after stop: host links with $mac: '$(links_with_mac "$mac")' (want $nic)"
+  [ "$(mtu_of "$nic")" = 1500 ] || die "after stop: $nic mtu $(mtu_of "$nic"), want 1500"
+  step "after podman stop: $nic back in the host under its name, mtu 1500"
+  T 60 podman rm "$name" >/dev/null || die "podman rm failed"
+  [ "$(links_with_mac "$mac")" = "$nic" ] || die "after rm: $nic missing"
+  [ ! -e "$netns" ] || die "pod netns $netns still exists"
+  step "after podman rm: netns $netns gone, $nic still in the host"
+  expect_clean "$data"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" -ge 1 ] || die "expected 1 ADD and at least 1 DEL"
+  T 60 podman rmi "$IMG_BUSYBOX" >/dev/null || die "podman rmi failed"
+}
+
+case_ctr() {
+  local C=$TMP/ctr nic=re2${TAG}ct mac out data=$TMP/ctr/state log=$TMP/ctr/rdma-ns.log id=rdma-ns-e2e-$TAG
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  cp "$PLUGIN" "$C/bin/rdma-ns"
+  make_nic "$nic" || die "cannot create veth $nic"
+  mac=$(mac_of "$nic")
+  conflist "$NET" "$nic" 10.56.11.2/24 "$data" "$log" >"$C/net.d/$NET.conflist"
+  step "ctr run --cni, containerd $(containerd --version | awk '{print $3}'), device $nic ($mac)"
+  # `ctr run --cni` reads /etc/cni/net.d and execs from /opt/cni/bin (Debian adds /usr/lib/cni),
+  # with no flag to change them: ctr runs in a private mount namespace where those two paths are
+  # this run's dirs, so the host's CNI config is neither read nor touched.
+  [ -d /etc/cni/net.d ] || die "/etc/cni/net.d is missing (it comes with podman)"
+  T 120 unshare --mount --propagation private sh -c '
+      set -e
+      mount -t tmpfs rdma-ns-e2e /opt
+      mkdir -p /opt/cni/bin
+      mount --bind "$1/bin" /opt/cni/bin
+      mount --bind "$1/net.d" /etc/cni/net.d
+      shift
+      exec "$@"' sh "$C" \
+    ctr -a "$CD/containerd.sock" -n "$CTR_NS" run --rm --cni --snapshotter native \
+    --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" \
+    sh -c 'ip -o link show eth0; ip -o addr show eth0' >"$C/out" 2>"$C/err" ||
+    die "ctr run failed: $(cat "$C/err")"
+  out=$(cat "$C/out")
+  [[ $out == *"eth0"*" mtu $MTU "* ]] || die "eth0 in the container: expected mtu $MTU: $out"
+  [[ $out == *"link/ether $mac "* ]] || die "eth0 in the container is not $nic ($mac): $out"
+  [[ $out == *"inet 10.56.11.2/24 "* ]] || die "eth0 in the container: expected 10.56.11.2/24: $out"
+  step "inside (ip in the container): eth0, mtu $MTU, $mac, inet 10.56.11.2/24"
+  grep -v '^\s*$' "$C/err" | grep -qiE 'error|fail' && die "ctr reported: $(cat "$C/err")"
+  step "container exited; ctr ran CNI DEL (stderr clean)"
+  say "    note: with ctr the pod netns is the task's /proc/PID/ns/net and dies with the process;"
+  say "          DEL arrives afterwards with an empty CNI_NETNS. A physical netdev would return to"
+  say "          the host (as eth0, renamed back by DEL); a veth is destroyed with the netns, so here"
+  say "          the checks are: DEL succeeds, no record is left, no link with $mac is stranded."
+  grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
+  grep 'warn:' "$log" | sed 's/^[^ ]* /      plugin: /'
+  wait_for 10 "the veth pair to be destroyed with the netns" sh -c "! ip link show ${nic}p" || die "peer ${nic}p still exists"
+  [ -z "$(links_with_mac "$mac")" ] || die "a host link still carries $mac: $(links_with_mac "$mac")"
+  step "nothing stranded: no host link with $mac (no stray eth0), peer ${nic}p destroyed with it"
+  expect_clean "$data"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ] || die "expected 1 ADD and 1 DEL"
+  [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
+}
+
+case_cri() {
+  local nic=$CRI_NIC mac pod ctr out status netns data=$CRI_DATA log=$CRI_LOG
+  prepare_cri_client || die "cannot prepare the CRI client (venv, proto)"
+  # The conflist naming this device was in the CRI's conf_dir before containerd started.
+  make_nic "$nic" || die "cannot create veth $nic"
+  mac=$(mac_of "$nic")
+  step "$(cri version) over $CD/containerd.sock; device $nic ($mac)"
+  mkdir -p "$TMP/cri-logs" "$TMP/cri"
+  pod=$(cri run-pod "rdma-e2e-$TAG" "uid-$TAG" default "$TMP/cri-logs") || die "RunPodSandbox failed: $(tail -5 "$CD/containerd.log")"
+  echo "$pod" >>"$TMP/cri-pods"
+  echo "$pod" >>"$TMP/cri-pods-all"
+  echo "$pod" >>"$TMP/cri-ids"
+  status=$(cri pod-status "$pod") || die "PodSandboxStatus failed"
+  netns=$("$PY" -c 'import json,sys;print(json.loads(sys.argv[1])["netns"])' "$status")
+  echo "$netns" >>"$TMP/netns"
+  [[ $status == *'"ip": "10.56.12.2"'* ]] || die "PodSandboxStatus ip is not 10.56.12.2: $status"
+  step "RunPodSandbox ${pod:0:12}: SANDBOX_READY, ip 10.56.12.2 (from the rdma-ns result), netns $netns"
+  ctr=$(cri create-ctr "$pod" app "$IMG_BUSYBOX" "$TMP/cri-logs" sleep 600) || die "CreateContainer failed"
+  echo "$ctr" >>"$TMP/cri-ids"
+  cri start-ctr "$ctr" || die "StartContainer failed"
+  out=$(cri exec "$ctr" ip -o link show eth0) || die "ExecSync ip link failed: $out"
+  [[ $out == *" mtu $MTU "* ]] || die "eth0 in the pod: expected mtu $MTU: $out"
+  [[ $out == *"link/ether $mac "* ]] || die "eth0 in the pod is not $nic ($mac): $out"
+  out=$(cri exec "$ctr" ip -o addr show eth0) || die "ExecSync ip addr failed"
+  [[ $out == *"inet 10.56.12.2/24 "* ]] || die "eth0 in the pod: expected 10.56.12.2/24: $out"
+  step "inside (ExecSync ip in a container of the pod): eth0, mtu $MTU, $mac, inet 10.56.12.2/24"
+  cri stop-ctr "$ctr" && cri remove-ctr "$ctr" || die "StopContainer/RemoveContainer failed"
+
+  cri stop-pod "$pod" || die "StopPodSandbox failed: $(tail -5 "$CD/containerd.log")"
+  [ "$(links_with_mac "$mac")" = "$nic" ] || die "after StopPodSandbox: host links with $mac: '$(links_with_mac "$mac")' (want $nic)"
+  [ "$(mtu_of "$nic")" = 1500 ] || die "after StopPodSandbox: $nic mtu $(mtu_of "$nic"), want 1500"
+  step "StopPodSandbox: $nic back in the host under its name, mtu 1500"
+  cri stop-pod "$pod" || die "second StopPodSandbox failed"
+  cri remove-pod "$pod" || die "RemovePodSandbox failed"
+  : >"$TMP/cri-pods"
+  step "StopPodSandbox again, RemovePodSandbox: ok"
+  cri pod-status "$pod" >/dev/null 2>&1 && die "the sandbox still exists after RemovePodSandbox"
+  [ ! -e "$netns" ] || die "pod netns $netns still exists"
+  [ "$(links_with_mac "$mac")" = "$nic" ] || die "after RemovePodSandbox: $nic missing"
+  step "sandbox gone, netns gone, $nic still in the host"
+  expect_clean "$data"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  local dels empty
+  dels=$(count_calls "$log" Del)
+  empty=$(grep -c 'debug: Del .*netns=None' "$log" || true)
+  [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ] ||
+    die "expected 1 ADD and repeated DELs (some with an empty netns); got $dels DELs, $empty with empty netns"
+  step "$dels DELs, $empty of them with an empty CNI_NETNS (repeated, no prevResult): all succeeded"
+}
+
+
+MUSL_TARGET=x86_64-unknown-linux-musl
+MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
+# A static musl release build, as install/Containerfile makes it. Skipped (exit 77) only when the
+# musl target cannot be had here (not x86_64, or rustup cannot download it).
+case_musl() {
+  [ "$(uname -m)" = x86_64 ] || { step "host is $(uname -m), not x86_64: skipped"; exit 77; }
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+    T 300 rustup target add "$MUSL_TARGET" >/dev/null 2>&1 ||
+      { step "rustup target add $MUSL_TARGET failed (no download here?): skipped"; exit 77; }
+  fi
+  step "rustup target $MUSL_TARGET installed"
+  T 1800 cargo build --release --locked --quiet --target "$MUSL_TARGET" || die "cargo build --target $MUSL_TARGET failed"
+  # Static: no PT_INTERP program header (a static-pie has PT_DYNAMIC but needs no loader).
+  "$PY" - "$MUSL_BIN" <<'PY' || die "$MUSL_BIN is not a static executable"
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:4] == b"\x7fELF" and data[4] == 2, "not ELF64"
+phoff, = struct.unpack_from("<Q", data, 0x20)
+phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+sys.exit(1 if 3 in types else 0)  # 3 = PT_INTERP
+PY
+  CNI_COMMAND=VERSION "$MUSL_BIN" </dev/null | grep -q supportedVersions || die "the musl binary does not answer VERSION"
+  step "cargo build --release --locked --target $MUSL_TARGET: $(stat -c %s "$MUSL_BIN") bytes, no ELF interpreter (static), answers VERSION"
+  touch "$TMP/musl-ok"
+}
+
+case_install_sh() { bash tests/e2e/install_sh_test.sh "$PLUGIN" "$TMP/install-sh"; }
+
+case_daemonset() {
+  "$PY" tests/e2e/check_install_manifests.py daemonset || exit 1
+  # The checks have teeth: broken copies of the manifest are rejected.
+  local bad=$TMP/daemonset-bad.yaml what
+  while IFS='|' read -r what expr; do
+    sed "$expr" install/daemonset.yaml >"$bad"
+    if "$PY" tests/e2e/check_install_manifests.py daemonset "$bad" >/dev/null 2>&1; then
+      die "the checker accepted a DaemonSet with $what"
+    fi
+  done <<'EOF'
+a copy straight over rdma-ns (no rename)|s|cp /usr/local/bin/rdma-ns "$tmp"|cp /usr/local/bin/rdma-ns "$dst/rdma-ns"|
+a temp file outside the target dir|s|tmp="$dst/.rdma-ns.tmp.$$"|tmp="/tmp/.rdma-ns.tmp.$$"|
+namespace default|s|namespace: kube-system|namespace: default|
+no /opt/cni/bin hostPath|s|path: /opt/cni/bin|path: /opt/cni/bin2|
+EOF
+  step "broken copies rejected: copy without rename, temp file outside the dir, wrong namespace, wrong hostPath"
+}
+
+# The Containerfile's static checks, then its image stage built locally (its base image and the
+# build stage need registries other than the package ones: the base is the local busybox image,
+# the binary the musl case's) and run: the ENTRYPOINT (install.sh) and the DaemonSet's init
+# command each place rdma-ns into a directory standing in for the host's /opt/cni/bin.
+case_containerfile() {
+  "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
+  if [ ! -f "$TMP/musl-ok" ]; then
+    step "no static binary from the musl case in this run: the image stage was not built"
+    return 0
+  fi
+  setup_podman
+  podman_image || die "podman import failed"
+  local ctx=$TMP/installer host=$TMP/installer-host-bin img=localhost/rdma-ns-e2e/installer:$TAG script
+  mkdir -p "$ctx/install" "$host"
+  cp "$MUSL_BIN" "$ctx/rdma-ns"
+  cp install/install.sh "$ctx/install/install.sh"
+  awk -v base="$IMG_BUSYBOX" '
+    /^FROM / { stage = $0; n = 0; delete lines; next }
+    { lines[n++] = $0 }
+    END {
+      print "FROM " base
+      for (i = 0; i < n; i++) { l = lines[i]; sub(/^COPY --from=[^ ]+ \/rdma-ns /, "COPY rdma-ns ", l); print l }
+    }' install/Containerfile >"$ctx/Containerfile"
+  grep -q '^COPY rdma-ns /usr/local/bin/rdma-ns' "$ctx/Containerfile" || die "cannot derive the image stage: $(cat "$ctx/Containerfile")"
+  T 300 podman build -q --pull=never -f "$ctx/Containerfile" -t "$img" "$ctx" >/dev/null || die "podman build of the image stage failed"
+  step "image stage built as $img (FROM the local busybox-static image, the musl binary)"
+  T 60 podman run --rm --network none -v "$host:/host/opt/cni/bin" "$img" >"$TMP/installer.out" 2>&1 ||
+    die "the installer image's ENTRYPOINT failed: $(cat "$TMP/installer.out")"
+  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "ENTRYPOINT did not place rdma-ns"
+  [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
+  step "ENTRYPOINT (install.sh) placed rdma-ns in the host dir: $(tail -1 "$TMP/installer.out")"
+  rm -f "$host/rdma-ns"
+  script=$("$PY" tests/e2e/check_install_manifests.py init-script) || die "cannot read the init command"
+  T 60 podman run --rm --network none --cap-drop ALL --cap-add CHOWN,DAC_OVERRIDE,FOWNER \
+    -v "$host:/host/opt/cni/bin" --entrypoint /bin/sh "$img" -c "$script" >"$TMP/init.out" 2>&1 ||
+    die "the DaemonSet init command failed in the image: $(cat "$TMP/init.out")"
+  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "the init command did not place rdma-ns"
+  [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
+  step "the DaemonSet's init command, run in the image with its capabilities, placed rdma-ns: $(tail -1 "$TMP/init.out")"
+  T 60 podman rmi "$img" >/dev/null || die "podman rmi $img failed"
+}
+
+run_case() {
+  local name=$1 fn=$2 start rc
+  start=$(date +%s)
+  say "== e2e case: $name"
+  (set -e; "$fn")
+  rc=$?
+  local secs=$(($(date +%s) - start))
+  if [ "$rc" = 0 ]; then
+    PASSED=$((PASSED + 1)); RESULTS+=("PASS  $name (${secs}s)")
+  elif [ "$rc" = 77 ]; then
+    SKIPPED=$((SKIPPED + 1)); RESULTS+=("SKIP  $name (${secs}s)")
+  else
+    FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
+    case $name in
+      podman) tail -20 "$TMP/podman/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      ctr) tail -20 "$TMP/ctr/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      cri) tail -20 "$CRI_LOG" 2>/dev/null | sed 's/^/      log: /'
+           grep -E 'level=(error|warning)' "$CD/containerd.log" 2>/dev/null | tail -10 | sed 's/^/      containerd: /' ;;
+    esac
+  fi
+}
+
+containerd_ok=1
+if [ "$need_containerd" = 1 ]; then
+  section_start=$(date +%s)
+  say "== e2e: starting containerd"
+  start_containerd || containerd_ok=0
+  TIME_CONTAINERD=$(($(date +%s) - section_start))
+fi
+
+for c in "${CASES[@]}"; do
+  case $c in
+    podman) run_case podman case_podman ;;
+    musl) run_case musl case_musl ;;
+    install-sh) run_case install-sh case_install_sh ;;
+    daemonset) run_case daemonset case_daemonset ;;
+    containerfile) run_case containerfile case_containerfile ;;
+    ctr | cri)
+      if [ "$containerd_ok" = 1 ]; then
+        run_case "$c" "case_$c"
+      else
+        FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $c (containerd did not start)")
+      fi ;;
+  esac
+done
+
+# Clean up before the summary (so its last line closes the output), then check that nothing
+# of this run is left: processes, daemons, links, netns, mounts, the temp dir.
+[ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
+cleanup
+leftovers=()
+[ -z "$CONTAINERD_PID" ] || ! kill -0 "$CONTAINERD_PID" 2>/dev/null || leftovers+=("containerd pid $CONTAINERD_PID")
+for pid in $(run_pids); do leftovers+=("process $pid"); done
+for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^re2$TAG"); do leftovers+=("link $l"); done
+for m in $(findmnt -rn -o TARGET | grep -F "$TMP/"); do leftovers+=("mount $m"); done
+[ "${E2E_KEEP:-0}" = 1 ] || [ ! -e "$TMP" ] || leftovers+=("dir $TMP")
+[ -z "$(cni_cache)" ] || leftovers+=("libcni cache $(cni_cache)")
+if [ "${#leftovers[@]}" = 0 ]; then
+  PASSED=$((PASSED + 1)); RESULTS+=("PASS  cleanup (nothing of this run left: processes, containerd, links, netns, mounts, temp dir)")
+else
+  FAILED=$((FAILED + 1)); RESULTS+=("FAIL  cleanup: left ${leftovers[*]}")
+fi
+
+say "== e2e summary (packages ${TIME_PACKAGES}s, build ${TIME_BUILD}s, images ${TIME_IMAGES}s${TIME_CONTAINERD:+, containerd ${TIME_CONTAINERD}s}, total $(($(date +%s) - STARTED))s)"
+for r in "${RESULTS[@]}"; do say "  $r"; done
+if [ "$SKIPPED" -gt 0 ]; then
+  say "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+else
+  say "$PASSED passed, $FAILED failed"
+fi
+[ "$FAILED" = 0 ]
