@@ -5,19 +5,14 @@
 //!
 //! ```text
 //! modprobe -a rdma_rxe ib_uverbs ib_umad rdma_ucm
-//! ip link add v0 type veth peer name v1; ip link set v0 up; ip link set v1 up
-//! rdma link add rxe0 type rxe netdev v0
+//! ip link add rxev0 type veth peer name rxev1; ip link set rxev0 up; ip link set rxev1 up
+//! rdma link add rxe0 type rxe netdev rxev0
 //! ```
 //!
-//! no network namespace besides init_net, the netns mode shared, and iproute2 and
-//! ibverbs-utils installed (the tests parse `rdma` and `ibv_devinfo` output to cross-check).
-//! Without the general VM runner, build on the host and run the binary inside virtme-ng:
-//!
-//! ```text
-//! cargo test --no-run --test vm_rdma        # prints target/debug/deps/vm_rdma-<hash>
-//! vng -r /boot/vmlinuz-6.1.*-amd64 --disable-kvm --force-9p --user root --memory 2G \
-//!     --exec "<setup above>; $PWD/target/debug/deps/vm_rdma-<hash> vm_" </dev/null
-//! ```
+//! the netns mode shared, and iproute2 and ibverbs-utils installed (the tests parse `rdma` and
+//! `ibv_devinfo` output to cross-check): what tests/vm/run.sh gives each case (the case's empty
+//! netns `vmpod` is removed first where a test needs init_net alone). Run them with
+//! `tests/vm/run.sh discovery netns-mode`.
 //!
 //! Tests take one lock: they change shared state (netns mode, addresses on v0, the set of
 //! namespaces) that the others read.
@@ -147,7 +142,7 @@ fn vm_sysfs_discovers_rxe0_as_the_rdma_tools_see_it() {
         .device("rxe0")
         .unwrap()
         .expect("rxe0 in /sys/class/infiniband");
-    assert_eq!(dev.parent, IbParent::Netdev("v0".into()));
+    assert_eq!(dev.parent, IbParent::Netdev("rxev0".into()));
     assert_eq!(dev.pci_bdf(), None);
     assert_eq!(dev.ports.len(), 1);
     let port = dev.port(1).unwrap();
@@ -166,9 +161,9 @@ fn vm_sysfs_discovers_rxe0_as_the_rdma_tools_see_it() {
     let link = rdma_link_json();
     assert_eq!(link["state"], "ACTIVE");
     assert_eq!(link["physical_state"], "LINK_UP");
-    assert_eq!(link["netdev"], "v0");
-    assert_eq!(link["netdev_index"], ifindex("v0"));
-    assert_eq!(port.netdevs, vec!["v0"]);
+    assert_eq!(link["netdev"], "rxev0");
+    assert_eq!(link["netdev_index"], ifindex("rxev0"));
+    assert_eq!(port.netdevs, vec!["rxev0"]);
 
     // GID table: the same entries as verbs, every one on v0 (no uppers in this setup).
     let ours: Vec<(u32, Ipv6Addr, String)> = port
@@ -178,7 +173,7 @@ fn vm_sysfs_discovers_rxe0_as_the_rdma_tools_see_it() {
         .collect();
     assert_eq!(ours, ibv.gids);
     assert!(!ours.is_empty());
-    assert!(port.gids.iter().all(|g| g.ndev.as_deref() == Some("v0")));
+    assert!(port.gids.iter().all(|g| g.ndev.as_deref() == Some("rxev0")));
     assert!(port
         .gids
         .iter()
@@ -210,25 +205,37 @@ fn vm_sysfs_discovers_rxe0_as_the_rdma_tools_see_it() {
     assert_eq!(cm.major, 10, "a misc device");
 
     assert_eq!(
-        r.ib_ports_for_netdev("v0").unwrap(),
+        r.ib_ports_for_netdev("rxev0").unwrap(),
         vec![IbPortRef {
             ibdev: "rxe0".into(),
             port: 1,
             via: NetdevLink::Parent
         }]
     );
-    assert_eq!(r.ib_ports_for_netdev("v1").unwrap(), vec![]);
-    let v0 = r.netdev("v0").unwrap().unwrap();
+    assert_eq!(r.ib_ports_for_netdev("rxev1").unwrap(), vec![]);
+    let v0 = r.netdev("rxev0").unwrap().unwrap();
     assert_eq!(
         (v0.ifindex, v0.link_type, v0.device),
-        (ifindex("v0"), 1, None)
+        (ifindex("rxev0"), 1, None)
     );
 }
 
 #[test]
 fn vm_netns_mode_switches_and_the_kernel_refusals() {
     let _g = serial();
+    // The mode can change only while init_net is the only netns: drop the runner's `vmpod` and
+    // wait until the kernel has freed it (netns cleanup is deferred).
+    let _ = Command::new("ip").args(["netns", "del", "vmpod"]).status();
     let nl = RdmaNetlink::open().unwrap();
+    for _ in 0..200 {
+        if nl.set_netns_mode(NetnsMode::Shared).is_ok()
+            && nl.set_netns_mode(NetnsMode::Exclusive).is_ok()
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    nl.set_netns_mode(NetnsMode::Shared).unwrap();
     assert_eq!(nl.get_netns_mode().unwrap(), NetnsMode::Shared);
     assert!(run("rdma", &["system", "show"]).contains("netns shared"));
 
@@ -251,7 +258,7 @@ fn vm_netns_mode_switches_and_the_kernel_refusals() {
     assert!(e.to_string().contains("move ib device to netns"), "{e}");
 
     // A socket opened inside the other netns acts there: in shared mode it sees rxe0 too,
-    // but the port's netdev v0 lives in init_net, so the kernel leaves it out.
+    // but the port's netdev rxev0 lives in init_net, so the kernel leaves it out.
     let inside = RdmaNetlink::open_in(&other).unwrap();
     let seen = inside
         .device_by_name("rxe0")
@@ -261,7 +268,7 @@ fn vm_netns_mode_switches_and_the_kernel_refusals() {
     assert_eq!(inside.port_netdev(seen.index, 1).unwrap(), None);
     assert_eq!(
         nl.port_netdev(rxe.index, 1).unwrap(),
-        Some((ifindex("v0"), "v0".into()))
+        Some((ifindex("rxev0"), "rxev0".into()))
     );
 }
 
@@ -289,7 +296,7 @@ fn vm_netlink_devices_and_ports_agree_with_sysfs() {
         port.phys_state.map(u32::from),
         Some(sysfs_port.phys_state.num)
     );
-    assert_eq!(port.netdev, Some((ifindex("v0"), "v0".into())));
+    assert_eq!(port.netdev, Some((ifindex("rxev0"), "rxev0".into())));
 
     let e = nl.port(rxe.index, 2).unwrap_err();
     assert!(e.is_errno(Errno::EINVAL), "{e}");
@@ -303,7 +310,7 @@ fn vm_find_gid_for_ip_follows_address_changes() {
     let sys = SysRoot::default();
     let r = RdmaSysfs::new(&sys);
     let ip = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
-    let lookup = || r.find_gid_for_ip("rxe0", 1, ip, "v0").unwrap();
+    let lookup = || r.find_gid_for_ip("rxe0", 1, ip, "rxev0").unwrap();
     // RoCE GIDs follow address events from a workqueue (roce_gid_mgmt.c): poll, bounded by
     // count, not by time.
     let wait_for = |want_some: bool| {
@@ -320,7 +327,7 @@ fn vm_find_gid_for_ip_follows_address_changes() {
         );
     };
     assert_eq!(lookup(), None);
-    run("ip", &["addr", "add", "10.77.0.1/24", "dev", "v0"]);
+    run("ip", &["addr", "add", "10.77.0.1/24", "dev", "rxev0"]);
     let (index, gid_type) = wait_for(true).unwrap();
     assert_eq!(gid_type, GidType::RoceV2);
     let entry = r
@@ -330,7 +337,7 @@ fn vm_find_gid_for_ip_follows_address_changes() {
         .find(|g| g.index == index)
         .unwrap();
     assert_eq!(entry.ipv4(), Some(Ipv4Addr::new(10, 77, 0, 1)));
-    assert_eq!(entry.ndev.as_deref(), Some("v0"));
+    assert_eq!(entry.ndev.as_deref(), Some("rxev0"));
     let ibv = ibv_devinfo();
     assert!(
         ibv.gids
@@ -339,7 +346,7 @@ fn vm_find_gid_for_ip_follows_address_changes() {
         "{:?}",
         ibv.gids
     );
-    assert_eq!(r.find_gid_for_ip("rxe0", 1, ip, "v1").unwrap(), None);
-    run("ip", &["addr", "del", "10.77.0.1/24", "dev", "v0"]);
+    assert_eq!(r.find_gid_for_ip("rxe0", 1, ip, "rxev1").unwrap(), None);
+    run("ip", &["addr", "del", "10.77.0.1/24", "dev", "rxev0"]);
     assert_eq!(wait_for(false), None);
 }
