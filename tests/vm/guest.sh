@@ -124,8 +124,10 @@ leaks() {
     done
     while IFS= read -r d; do
         [[ -n $d && -d $d ]] || continue
-        if [[ -n $(find "$d" -mindepth 1 -maxdepth 1 -print -quit) ]]; then
-            echo "state dir $d not empty: $(find "$d" -mindepth 1 -maxdepth 1 -printf '%f ' | head -c 200)"
+        # Attachment records must be gone; lock files (locks/) and empty network dirs are kept
+        # by design (unlinking a lock file another process may hold would break the lock).
+        if [[ -n $(find "$d" -mindepth 1 -type f -not -path "$d/locks/*" -print -quit) ]]; then
+            echo "state dir $d still has records: $(find "$d" -mindepth 1 -type f -not -path "$d/locks/*" -printf '%P ' | head -c 200)"
         fi
     done < <(echo "$STATE_DIR"; cat "$state_dirs_file" 2>/dev/null)
 }
