@@ -272,7 +272,7 @@ fn add_steps<'a>(
     } else {
         Some(result.to_value("1.1.0")?)
     };
-    ctx.store.save(att)?;
+    ctx.store.update(att)?;
     plan.checkpoint("state")?;
 
     result.interfaces = vec![Interface {
