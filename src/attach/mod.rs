@@ -73,7 +73,8 @@ pub struct Ctx<'a> {
     pub kernel: &'a dyn NetOps,
     pub sys: &'a SysRoot,
     pub store: &'a Store,
-    pub ipam: &'a dyn IpamOps,
+    /// Sync: DEL runs IPAM on a second thread beside the device's return (move_dev::del).
+    pub ipam: &'a (dyn IpamOps + Sync),
     /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
     pub fail_after: Option<String>,
 }
