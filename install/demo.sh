@@ -16,10 +16,10 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-echo "== building rdma-ns (release)"
-cargo build --release --quiet
+echo "== building rdma-ns (release, as it ships: install/build.sh)"
+plugin=$(install/build.sh)
 plugin_dir=$(mktemp -d /tmp/rdma-ns-demo.XXXXXX)
-cp target/release/rdma-ns "$plugin_dir/"
+cp "$plugin" "$plugin_dir/rdma-ns"
 
 pod=rdmans-demo
 nic=demo-nic0

@@ -2,15 +2,18 @@
 # Runs every test tier; as root on a fresh Debian 12 it first installs what the tests need.
 #   tests/run.sh            all tiers: lint, unit, root integration, VM (real RDMA kernel)
 #   tests/run.sh --no-vm    skip the VM tier (quick local runs)
+#   tests/run.sh --no-bench skip the benchmark smoke run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 run_vm=1
+run_bench=1
 for arg in "$@"; do
   case "$arg" in
     --no-vm) run_vm=0 ;;
-    *) echo "usage: tests/run.sh [--no-vm]" >&2; exit 2 ;;
+    --no-bench) run_bench=0 ;;
+    *) echo "usage: tests/run.sh [--no-vm] [--no-bench]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,6 +44,11 @@ cargo test -- --skip vm_
 if [ -x tests/e2e/run.sh ]; then
   echo "== e2e tier: podman, containerd (ctr and CRI), installer (tests/e2e/run.sh)"
   tests/e2e/run.sh
+fi
+
+if [ "$run_bench" = 1 ] && [ -x tests/bench/run.sh ]; then
+  echo "== benchmark smoke run (proves the benchmark works; asserts no timing)"
+  tests/bench/run.sh --smoke
 fi
 
 if [ "$run_vm" = 1 ] && [ -x tests/vm/run.sh ]; then

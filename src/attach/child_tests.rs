@@ -349,7 +349,7 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
     let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 103, "{err}");
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
-    assert_eq!(*w.ipam.calls.borrow(), vec!["add", "del"]);
+    assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
 }
 
 mod gids {

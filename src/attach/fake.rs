@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use ipnetwork::IpNetwork;
 
@@ -316,12 +317,12 @@ impl NetOps for FakeKernel {
 pub struct FakeIpam {
     pub result: Option<CniResult>,
     pub fail_add: bool,
-    pub calls: RefCell<Vec<&'static str>>,
+    pub calls: Mutex<Vec<&'static str>>,
 }
 
 impl IpamOps for FakeIpam {
     fn add(&self, _req: &Request) -> Result<Option<CniResult>> {
-        self.calls.borrow_mut().push("add");
+        self.calls.lock().unwrap().push("add");
         if self.fail_add {
             return Err(Error::Delegated {
                 plugin: "fake".into(),
@@ -333,19 +334,19 @@ impl IpamOps for FakeIpam {
         Ok(self.result.clone())
     }
     fn del(&self, _req: &Request) -> Result<()> {
-        self.calls.borrow_mut().push("del");
+        self.calls.lock().unwrap().push("del");
         Ok(())
     }
     fn check(&self, _req: &Request) -> Result<()> {
-        self.calls.borrow_mut().push("check");
+        self.calls.lock().unwrap().push("check");
         Ok(())
     }
     fn status(&self, _req: &Request) -> Result<()> {
-        self.calls.borrow_mut().push("status");
+        self.calls.lock().unwrap().push("status");
         Ok(())
     }
     fn gc(&self, _req: &Request) -> Result<()> {
-        self.calls.borrow_mut().push("gc");
+        self.calls.lock().unwrap().push("gc");
         Ok(())
     }
 }

@@ -86,7 +86,8 @@ pub struct Ctx<'a> {
     pub kernel: &'a dyn NetOps,
     pub sys: &'a SysRoot,
     pub store: &'a Store,
-    pub ipam: &'a dyn IpamOps,
+    /// Sync: DEL runs IPAM on a second thread beside the device's return (move_dev::del).
+    pub ipam: &'a (dyn IpamOps + Sync),
     pub rdma: &'a dyn RdmaOps,
     /// Where the RDMA char devices live (`/dev/infiniband`; env `RDMA_NS_DEV_DIR` in tests).
     pub dev_dir: &'a std::path::Path,

@@ -8,9 +8,18 @@
 //! - `locks/<device-key>.lock`: flock(2) files serializing attachments that contend for one
 //!   device. Different devices never wait for each other.
 //!
-//! Files are written atomically (temp file, fsync, rename, fsync dir) so a crash leaves the
-//! old record or the new one, never a torn one. The record is written *before* the device is
-//! moved ("adding"), so even a plugin killed mid-ADD leaves DEL enough to bring it back.
+//! A record file holds one JSON document per line, the last readable one counting:
+//! - the intent ("adding"), written *before* the device is moved, atomically and durably
+//!   (temp file, fsync, rename, fsync dir), so even a plugin killed mid-ADD, or a node that
+//!   lost power, leaves DEL everything it needs to bring the device back;
+//! - the final state ("ready", with the pod ifindex, MTU and IPAM result), appended when ADD
+//!   completes, without fsync. If a crash loses or tears that line, the intent line before it
+//!   still reads, and DEL/GC work from it (they only need what the intent holds; the pod
+//!   ifindex saves one lookup by name, the MTU serves CHECK). Syncing it too cost two more
+//!   fsyncs per ADD (file and directory, 0.5 to 1 ms on the benchmark machine) for no gain in
+//!   what survives a crash.
+//!
+//! Records written by earlier versions (one pretty-printed document) read as before.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -205,13 +214,32 @@ impl Store {
         Ok(dir)
     }
 
+    /// Writes `att` as the whole record, atomically and durably: done before anything changes
+    /// in the kernel.
     pub fn save(&self, att: &Attachment) -> Result<()> {
         let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
         self.ensure_dir(Some(&att.network))?;
-        let json = serde_json::to_vec_pretty(att)
-            .map_err(|e| Error::State(format!("encoding state for {}: {e}", att.id())))?;
-        write_atomic(&path, &json)
+        write_atomic(&path, &record_line(att)?)
             .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
+    }
+
+    /// Appends `att` to its existing record as the new current state, without fsync (see the
+    /// module doc: losing it leaves the durable intent line). Falls back to [`Store::save`]
+    /// when there is no record to append to.
+    pub fn update(&self, att: &Attachment) -> Result<()> {
+        let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
+        let line = record_line(att)?;
+        let file = OpenOptions::new().append(true).open(&path);
+        match file {
+            Ok(mut f) => f
+                .write_all(&line)
+                .map_err(|e| Error::io(format!("appending to state file {}", path.display()), e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.save(att),
+            Err(e) => Err(Error::io(
+                format!("opening state file {}", path.display()),
+                e,
+            )),
+        }
     }
 
     pub fn load(
@@ -353,12 +381,32 @@ fn read_record(path: &Path) -> Result<Option<Attachment>> {
             ))
         }
     };
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-        Error::State(format!(
-            "state file {} is corrupt ({e}); inspect it, then remove it to let DEL proceed",
-            path.display()
-        ))
-    })
+    let whole = match serde_json::from_slice(&bytes) {
+        Ok(att) => return Ok(Some(att)),
+        Err(e) => e,
+    };
+    // One document per line: the last that reads is the current state. A torn or lost tail
+    // (an unsynced final line after a crash) leaves the durable intent line before it.
+    bytes
+        .split(|&b| b == b'\n')
+        .rev()
+        .find_map(|line| serde_json::from_slice(line).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::State(format!(
+                "state file {} is corrupt ({whole}); inspect it, then remove it to let DEL \
+                 proceed",
+                path.display()
+            ))
+        })
+}
+
+/// One record line: compact JSON (no newline inside) and a newline.
+fn record_line(att: &Attachment) -> Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(att)
+        .map_err(|e| Error::State(format!("encoding state for {}: {e}", att.id())))?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// temp file in the same dir, fsync, rename over the target, fsync the directory.
@@ -450,6 +498,50 @@ mod tests {
             .unwrap()
             .collect();
         assert!(leftovers.is_empty(), "no temp files left behind");
+    }
+
+    #[test]
+    fn the_appended_final_state_wins_and_a_torn_tail_leaves_the_intent() {
+        let tmp = TempDir::new("state-update");
+        let store = Store::new(tmp.path());
+        let mut att = sample();
+        att.phase = Phase::Adding;
+        att.pod_ifindex = None;
+        store.save(&att).unwrap();
+        let intent = att.clone();
+        att.phase = Phase::Ready;
+        att.pod_ifindex = Some(9);
+        store.update(&att).unwrap();
+        assert_eq!(store.load("rdma-net", "abc123", "net1").unwrap(), Some(att));
+
+        // What a crash may leave of an unsynced append: part of the line, or zeros.
+        let path = tmp.path().join("rdma-net/abc123:net1.json");
+        let text = fs::read(&path).unwrap();
+        let first = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+        for tail in [&text[first..text.len() - 20], &[0u8; 64][..]] {
+            let mut torn = text[..first].to_vec();
+            torn.extend_from_slice(tail);
+            fs::write(&path, torn).unwrap();
+            assert_eq!(
+                store.load("rdma-net", "abc123", "net1").unwrap(),
+                Some(intent.clone())
+            );
+        }
+
+        // A record written by an earlier version: one pretty-printed document.
+        fs::write(&path, serde_json::to_vec_pretty(&intent).unwrap()).unwrap();
+        assert_eq!(
+            store.load("rdma-net", "abc123", "net1").unwrap(),
+            Some(intent.clone())
+        );
+
+        // No record to append to: written whole.
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        store.update(&intent).unwrap();
+        assert_eq!(
+            store.load("rdma-net", "abc123", "net1").unwrap(),
+            Some(intent)
+        );
     }
 
     #[test]

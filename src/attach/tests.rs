@@ -212,7 +212,7 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
         let err = w.add(Some(step)).unwrap_err();
         assert!(err.to_string().contains(step), "{step}: {err}");
         w.assert_host_as_before();
-        let ipam_calls = w.ipam.calls.borrow().clone();
+        let ipam_calls = w.ipam.calls.lock().unwrap().clone();
         if step == "state-intent" {
             assert_eq!(ipam_calls, Vec::<&str>::new(), "{step}");
         } else {
@@ -285,7 +285,7 @@ fn an_ifname_taken_in_the_pod_is_refused_before_anything_moves() {
     let err = w.add(None).unwrap_err();
     assert_eq!(err.code(), 103, "{err}");
     assert!(err.to_string().contains("net1"), "{err}");
-    assert_eq!(w.ipam.calls.borrow().len(), 0);
+    assert_eq!(w.ipam.calls.lock().unwrap().len(), 0);
     w.assert_host_as_before();
 }
 
@@ -319,7 +319,7 @@ fn del_brings_the_device_back_down_with_name_and_mtu_and_is_idempotent() {
     w.del(Some(POD)).unwrap();
     w.del(None).unwrap();
     assert_eq!(
-        *w.ipam.calls.borrow(),
+        *w.ipam.calls.lock().unwrap(),
         vec!["add", "del", "del", "del"],
         "IPAM DEL always runs"
     );

@@ -427,7 +427,8 @@ impl RdmaNetlink {
     /// Opens a socket inside `ns` (created on a thread that joined it).
     pub fn open_in(ns: &Netns) -> KResult<RdmaNetlink> {
         let netns = Ns::Pod(ns).to_string();
-        ns.run_in(Self::open_socket)
+        Netns::current()
+            .and_then(|home| ns.run_in(&home, Self::open_socket))
             .map_err(|e| open_error(e, &netns))
             .map(|sock| RdmaNetlink {
                 sock,

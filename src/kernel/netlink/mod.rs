@@ -1,9 +1,9 @@
 //! rtnetlink: [`RealKernel`], the [`NetOps`] implementation on NETLINK_ROUTE sockets.
 //!
 //! One socket per namespace. A netlink socket acts in the namespace it was created in, so
-//! the host socket is opened at construction and each pod's socket is opened once, on a
-//! thread that joined the pod's namespace ([`Netns::run_in`]), then used from the calling
-//! thread. An open socket holds a reference on its namespace, so the namespace (and the
+//! the host socket is opened at construction and each pod's socket is created once, by a
+//! bare socket(2) while the thread is briefly inside the pod's namespace ([`Netns::run_in`]),
+//! then configured and used from the host namespace. An open socket holds a reference on its namespace, so the namespace (and the
 //! nsfs inode the cache is keyed by) cannot be freed and reused while it is cached.
 
 mod decode;
@@ -65,9 +65,14 @@ impl RealKernel {
                 let mut pods = self.pods.borrow_mut();
                 let sock = match pods.entry(key) {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => e.insert(netns.run_in(NlSocket::open).map_err(|e| {
-                        io_error("cannot open a netlink socket inside the namespace", e)
-                    })?),
+                    Entry::Vacant(e) => e.insert(
+                        netns
+                            .run_in(&self.host_ns, NlSocket::create)
+                            .and_then(NlSocket::configure)
+                            .map_err(|e| {
+                                io_error("cannot open a netlink socket inside the namespace", e)
+                            })?,
+                    ),
                 };
                 f(sock)
             }

@@ -107,7 +107,20 @@ impl NlSocket {
     /// Opens a socket in the calling thread's network namespace. A netlink socket keeps
     /// acting in the namespace it was created in, whichever thread later uses it.
     pub fn open() -> io::Result<NlSocket> {
-        let mut sock = Socket::new(NETLINK_ROUTE)?;
+        NlSocket::configure(NlSocket::create()?)
+    }
+
+    /// The bare socket(2), which alone fixes the namespace the socket acts in: it is all that
+    /// runs while the thread is inside a pod's namespace
+    /// ([`Netns::run_in`](crate::kernel::Netns::run_in)); [`NlSocket::configure`] runs after
+    /// the thread is back (bind and the options act on the socket's namespace, not the
+    /// caller's).
+    pub fn create() -> io::Result<Socket> {
+        Socket::new(NETLINK_ROUTE)
+    }
+
+    /// Sets the options, binds and connects a socket from [`NlSocket::create`].
+    pub fn configure(mut sock: Socket) -> io::Result<NlSocket> {
         // Without NETLINK_EXT_ACK the kernel drops its explanation (e.g. "mtu greater than
         // device maximum") and only the errno comes back.
         sock.set_ext_ack(true)?;

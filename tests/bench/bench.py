@@ -1,0 +1,653 @@
+#!/usr/bin/env python3
+"""rdma-ns benchmark driver (run through tests/bench/run.sh, as root).
+
+Every plugin is exec'd exactly as a runtime does it: a fresh process, the CNI_* variables in its
+environment, the network configuration on stdin, its stdout read to the end. Each timed sample is
+time.perf_counter_ns() around that one subprocess (or around the `ip` processes of the floor).
+Setup and teardown are never timed.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RDMA_NS = os.path.join(REPO, "target", "release", "rdma-ns")  # --plugin overrides
+CNI_DIR = "/usr/lib/cni"
+HOST_DEVICE = os.path.join(CNI_DIR, "host-device")
+STATIC = os.path.join(CNI_DIR, "static")
+ADDRESS = "10.10.0.2/24"
+POD_MTU = 9000
+HOST_MTU = 1500
+PCI = "0000:3b:00.2"
+# Production-like: the default dataDir is /var/lib/cni/rdma-ns; the bench uses a sibling on the
+# same filesystem so fsync costs are the real ones.
+DATA_DIR = "/var/lib/cni/rdma-ns-bench"
+SYSFS_FIXTURE = "/run/rdma-ns-bench-sys"
+TAG = "rb%x" % (os.getpid() % 0xFFF)
+
+failures = []
+
+
+def ip_batch(lines, netns=None, check=True):
+    """Runs one `ip -batch -` (setup, teardown and the floor)."""
+    cmd = ["ip"] + (["-n", netns] if netns else []) + ["-batch", "-"]
+    p = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s: %s" % (" ".join(cmd), p.stderr.strip()))
+    return p
+
+
+def link_exists(name):
+    return os.path.exists("/sys/class/net/" + name)
+
+
+class Pod:
+    """A fresh pod netns, a fresh veth pair whose `nic` end stands for the NIC (its peer stays in
+    the host, up), and a sentinel veth whose one end lives in the pod: it disappears from the host
+    only when the kernel's deferred netns cleanup (cleanup_net) has destroyed the pod's devices,
+    which is what `settle` waits for."""
+
+    seq = 0
+
+    def __init__(self):
+        Pod.seq += 1
+        n = "%s%x" % (TAG, Pod.seq)
+        self.ns, self.nic, self.peer, self.sentinel = n, n + "n", n + "p", n + "s"
+        ip_batch([
+            "netns add " + self.ns,
+            "link add %s type veth peer name %s" % (self.nic, self.peer),
+            "link set %s up" % self.peer,
+            "link add %s type veth peer name %sq netns %s" % (self.sentinel, self.sentinel, self.ns),
+        ])
+        self.path = "/run/netns/" + self.ns
+        with open("/sys/class/net/%s/address" % self.nic) as f:
+            self.mac = f.read().strip()
+
+    def teardown(self):
+        # The peer takes the nic with it wherever the nic is; the sentinel goes with the netns.
+        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, text=True,
+                       input="link del %s\nnetns del %s\n" % (self.peer, self.ns))
+
+    def settled(self):
+        return not link_exists(self.sentinel)
+
+
+def settle(pods, timeout=10.0):
+    """Waits until the deferred cleanup of the deleted pod netns has run (their sentinels are gone),
+    then 5 ms more for its RCU tail, so that it does not run under the next timed sample."""
+    deadline = time.monotonic() + timeout
+    while not all(p.settled() for p in pods):
+        if time.monotonic() > deadline:
+            raise RuntimeError("netns cleanup did not finish within %.0f s" % timeout)
+        time.sleep(0.001)
+    time.sleep(0.005)
+
+
+def cni_env(command, pod, cid):
+    # What libcni sets (some empty), nothing else but PATH.
+    return {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": pod.path if pod else "",
+        "CNI_IFNAME": "net1",
+        "CNI_ARGS": "",
+        "CNI_PATH": CNI_DIR,
+    }
+
+
+def timed_exec(binary, env, stdin):
+    t0 = time.perf_counter_ns()
+    p = subprocess.run([binary], input=stdin, env=env, capture_output=True)
+    t1 = time.perf_counter_ns()
+    return t1 - t0, p
+
+
+def ipam_conf():
+    return {"type": "static", "addresses": [{"address": ADDRESS}]}
+
+
+def rdma_conf(selector, pod, extra_env):
+    conf = {"cniVersion": "1.0.0", "name": "bench", "type": "rdma-ns", "mode": "move",
+            "mtu": POD_MTU, "dataDir": DATA_DIR, "ipam": ipam_conf()}
+    if selector == "device":
+        conf["device"] = pod.nic
+    elif selector == "hwaddr":
+        conf["hwaddr"] = pod.mac
+    elif selector == "pci":
+        # What Multus passes from a device plugin; resolved through the fixture sysfs.
+        conf["deviceID"] = PCI
+        fixture_point_pci_at(pod.nic)
+        extra_env["RDMA_NS_SYSFS_ROOT"] = SYSFS_FIXTURE
+    return conf
+
+
+def fixture_point_pci_at(netdev):
+    """devices/.../<PCI>/net/<netdev> and bus/pci/devices/<PCI> → that device, as in
+    tests/common/mod.rs FixtureSys."""
+    dev = os.path.join(SYSFS_FIXTURE, "devices/pci0000:00/0000:00:02.0", PCI)
+    net = os.path.join(dev, "net")
+    os.makedirs(net, exist_ok=True)
+    for old in os.listdir(net):
+        os.rmdir(os.path.join(net, old))
+    os.mkdir(os.path.join(net, netdev))
+    link = os.path.join(SYSFS_FIXTURE, "bus/pci/devices", PCI)
+    if not os.path.islink(link):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink("../../../devices/pci0000:00/0000:00:02.0/" + PCI, link)
+
+
+def run_plugin_cycle(binary, conf, pod, cid, extra_env=None):
+    """ADD then DEL (with the ADD's result as prevResult, as libcni passes it)."""
+    env = cni_env("ADD", pod, cid)
+    env.update(extra_env or {})
+    add_ns, p = timed_exec(binary, env, json.dumps(conf).encode())
+    ok = p.returncode == 0
+    if not ok:
+        failures.append("%s ADD %s: %s %s" % (os.path.basename(binary), cid, p.stdout, p.stderr))
+        result = None
+    else:
+        result = json.loads(p.stdout)
+    del_conf = dict(conf)
+    if result is not None:
+        del_conf["prevResult"] = result
+    env["CNI_COMMAND"] = "DEL"
+    del_ns, p = timed_exec(binary, env, json.dumps(del_conf).encode())
+    if p.returncode != 0:
+        ok = False
+        failures.append("%s DEL %s: %s %s" % (os.path.basename(binary), cid, p.stdout, p.stderr))
+    elif ok and not link_exists(pod.nic):
+        ok = False
+        failures.append("%s DEL %s: %s is not back in the host" % (binary, cid, pod.nic))
+    return add_ns, del_ns, ok
+
+
+def variant_rdma(pod, i, selector="device"):
+    extra = {}
+    conf = rdma_conf(selector, pod, extra)
+    return run_plugin_cycle(RDMA_NS, conf, pod, "bench%d" % i, extra)
+
+
+def variant_host_device(pod, i):
+    conf = {"cniVersion": "1.0.0", "name": "bench", "type": "host-device", "device": pod.nic,
+            "ipam": ipam_conf()}
+    return run_plugin_cycle(HOST_DEVICE, conf, pod, "bench%d" % i)
+
+
+HOST_NS_NAME = "%sh" % TAG  # /run/netns entry for the host netns (the floor moves back to it)
+
+
+def variant_floor(pod, i):
+    """The same kernel operations from iproute2, one `ip -batch` per netns touched: ADD is the
+    move+rename+MTU in the host, then address and up in the pod (a batch cannot switch netns);
+    DEL is one move+rename+MTU back from the pod."""
+    t0 = time.perf_counter_ns()
+    a = ip_batch(["link set dev %s netns %s name net1 mtu %d" % (pod.nic, pod.ns, POD_MTU)],
+                 check=False)
+    b = ip_batch(["addr add %s dev net1" % ADDRESS, "link set dev net1 up"], netns=pod.ns,
+                 check=False)
+    t1 = time.perf_counter_ns()
+    c = ip_batch(["link set dev net1 netns %s name %s mtu %d" % (HOST_NS_NAME, pod.nic, HOST_MTU)],
+                 netns=pod.ns, check=False)
+    t2 = time.perf_counter_ns()
+    ok = a.returncode == 0 and b.returncode == 0 and c.returncode == 0 and link_exists(pod.nic)
+    if not ok:
+        failures.append("floor %d: %s %s %s" % (i, a.stderr, b.stderr, c.stderr))
+    return t1 - t0, t2 - t1, ok
+
+
+def variant_ipam(pod, i):
+    """The static IPAM plugin alone, ADD then DEL, with the conf rdma-ns hands it."""
+    conf = {"cniVersion": "1.0.0", "name": "bench", "type": "rdma-ns", "mode": "move",
+            "device": pod.nic, "mtu": POD_MTU, "dataDir": DATA_DIR, "ipam": ipam_conf()}
+    return run_plugin_cycle_ipam(conf, pod, "bench%d" % i)
+
+
+def run_plugin_cycle_ipam(conf, pod, cid):
+    env = cni_env("ADD", pod, cid)
+    add_ns, p = timed_exec(STATIC, env, json.dumps(conf).encode())
+    ok = p.returncode == 0
+    env["CNI_COMMAND"] = "DEL"
+    del_ns, q = timed_exec(STATIC, env, json.dumps(conf).encode())
+    ok = ok and q.returncode == 0
+    if not ok:
+        failures.append("static IPAM %s: %s %s" % (cid, p.stdout, q.stdout))
+    return add_ns, del_ns, ok
+
+
+# MACVLAN-MODE: when rdma-ns gains `"mode": "macvlan"` (another engineer's branch), add
+#   "rdma-ns-macvlan": variant_rdma_macvlan,   # conf: mode macvlan, master = pod.nic
+# to VARIANTS below, its host-side comparison (Debian's /usr/lib/cni/macvlan with the same
+# IPAM) next to it, and a floor of `ip link add ... type macvlan` + the same address/up batch.
+VARIANTS = {
+    "rdma-ns": variant_rdma,
+    "host-device": variant_host_device,
+    "floor": variant_floor,
+    "ipam-static": variant_ipam,
+}
+
+
+def pct(samples, q):
+    s = sorted(samples)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def ms(ns):
+    return ns / 1e6
+
+
+class Samples:
+    def __init__(self, path):
+        self.rows = []
+        self.f = open(path, "w", newline="")
+        self.w = csv.writer(self.f)
+        self.w.writerow(["section", "variant", "links", "selector", "iteration", "add_ns",
+                         "del_ns", "cycle_ns", "ok"])
+
+    def add(self, section, variant, links, selector, i, add_ns, del_ns, ok):
+        row = (section, variant, links, selector, i, add_ns, del_ns, add_ns + del_ns, int(ok))
+        self.rows.append(row)
+        self.w.writerow(row)
+
+    def get(self, section, variant, field, links=None, selector=None):
+        idx = {"add": 5, "del": 6, "cycle": 7}[field]
+        return [r[idx] for r in self.rows if r[0] == section and r[1] == variant
+                and (links is None or r[2] == links) and (selector is None or r[3] == selector)]
+
+
+def rotate(seq, i):
+    k = i % len(seq)
+    return seq[k:] + seq[:k]
+
+
+def compare(samples, cycles):
+    names = list(VARIANTS)
+    for i in range(cycles):
+        for name in rotate(names, i):
+            pod = Pod()
+            try:
+                a, d, ok = VARIANTS[name](pod, i)
+            finally:
+                pod.teardown()
+            settle([pod])
+            samples.add("compare", name, 0, "device", i, a, d, ok)
+        # What one `ip` process costs with nothing to do, started the way the floor starts it:
+        # the floor's ADD needs two (a batch cannot switch netns), a one-process floor one.
+        t0 = time.perf_counter_ns()
+        ip_batch([])
+        samples.add("compare", "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
+
+
+class ExtraLinks:
+    """`count` macvlans on a spare veth in the host netns, made with one `ip -batch`."""
+
+    def __init__(self, count):
+        self.lower = TAG + "x"
+        lines = ["link add %s type veth peer name %sy" % (self.lower, self.lower)]
+        lines += ["link add %s%x link %s type macvlan mode bridge" % (TAG + "m", j, self.lower)
+                  for j in range(count)]
+        ip_batch(lines)
+
+    def remove(self):
+        ip_batch(["link del " + self.lower], check=False)
+
+
+def scale(samples, cycles, levels):
+    selectors = ["device", "hwaddr", "pci"]
+    for links in levels:
+        extra = ExtraLinks(links)
+        try:
+            for i in range(cycles):
+                for sel in rotate(selectors, i):
+                    pod = Pod()
+                    try:
+                        a, d, ok = variant_rdma(pod, i, sel)
+                    finally:
+                        pod.teardown()
+                    settle([pod])
+                    samples.add("scale", "rdma-ns", links, sel, i, a, d, ok)
+        finally:
+            extra.remove()
+
+
+def concurrency(rounds, n, out):
+    """n ADDs on distinct devices started at once, then n DELs; vs the same n one after another."""
+    conf_of = {}
+    results = []
+    for r in range(rounds):
+        for mode in rotate(["parallel", "serial"], r):
+            pods = [Pod() for _ in range(n)]
+            try:
+                phases = {}
+                for command in ["ADD", "DEL"]:
+                    envs, stdins = [], []
+                    for j, pod in enumerate(pods):
+                        cid = "conc%d" % j
+                        conf = conf_of.get(j) or rdma_conf("device", pod, {})
+                        conf["device"] = pod.nic
+                        conf_of[j] = conf
+                        envs.append(cni_env(command, pod, cid))
+                        stdins.append(json.dumps(conf).encode())
+                    t0 = time.perf_counter_ns()
+                    if mode == "parallel":
+                        procs = [subprocess.Popen([RDMA_NS], env=e, stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 for e in envs]
+                        outs = [p.communicate(s) for p, s in zip(procs, stdins)]
+                        codes = [p.returncode for p in procs]
+                    else:
+                        outs, codes = [], []
+                        for e, s in zip(envs, stdins):
+                            p = subprocess.run([RDMA_NS], env=e, input=s, capture_output=True)
+                            outs.append((p.stdout, p.stderr))
+                            codes.append(p.returncode)
+                    t1 = time.perf_counter_ns()
+                    bad = [(j, o) for j, (c, o) in enumerate(zip(codes, outs)) if c != 0]
+                    for j, o in bad:
+                        failures.append("concurrency %s %s pod %d: %s" % (mode, command, j, o))
+                    phases[command] = (t1 - t0, len(bad))
+                results.append((r, mode, phases["ADD"][0], phases["DEL"][0],
+                                phases["ADD"][1] + phases["DEL"][1]))
+            finally:
+                for pod in pods:
+                    pod.teardown()
+            settle(pods)
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "mode", "add_wall_ns", "del_wall_ns", "failures"])
+        w.writerows(results)
+    return results
+
+
+def floor_concurrency(rounds, n, out):
+    """The floor's kernel operations for n pods at once vs one after another: how far the kernel
+    itself lets moves overlap (they are serialized under the RTNL lock)."""
+    results = []
+    for r in range(rounds):
+        for mode in rotate(["parallel", "serial"], r):
+            pods = [Pod() for _ in range(n)]
+            try:
+                steps = {
+                    "ADD": [[(["ip", "-batch", "-"], "link set dev %s netns %s name net1 mtu %d\n"
+                              % (p.nic, p.ns, POD_MTU)) for p in pods],
+                            [(["ip", "-n", p.ns, "-batch", "-"],
+                              "addr add %s dev net1\nlink set dev net1 up\n" % ADDRESS)
+                             for p in pods]],
+                    "DEL": [[(["ip", "-n", p.ns, "-batch", "-"],
+                              "link set dev net1 netns %s name %s mtu %d\n"
+                              % (HOST_NS_NAME, p.nic, HOST_MTU)) for p in pods]],
+                }
+                walls, bad = {}, 0
+                for command, waves in steps.items():
+                    t0 = time.perf_counter_ns()
+                    for wave in waves:
+                        if mode == "parallel":
+                            procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, text=True,
+                                                      stdout=subprocess.DEVNULL,
+                                                      stderr=subprocess.DEVNULL)
+                                     for argv, _ in wave]
+                            for p, (_, text) in zip(procs, wave):
+                                p.communicate(text)
+                            bad += sum(p.returncode != 0 for p in procs)
+                        else:
+                            for argv, text in wave:
+                                bad += subprocess.run(argv, input=text, text=True,
+                                                      capture_output=True).returncode != 0
+                    walls[command] = time.perf_counter_ns() - t0
+                if bad:
+                    failures.append("floor concurrency %s: %d ip runs failed" % (mode, bad))
+                results.append((r, mode, walls["ADD"], walls["DEL"], bad))
+            finally:
+                for pod in pods:
+                    pod.teardown()
+            settle(pods)
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "mode", "add_wall_ns", "del_wall_ns", "failures"])
+        w.writerows(results)
+    return results
+
+
+def spawn_wait(argv, env, stdin_path):
+    fa = [(os.POSIX_SPAWN_OPEN, 0, stdin_path, os.O_RDONLY, 0),
+          (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+          (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)]
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
+    _, status = os.waitpid(pid, 0)
+    t1 = time.perf_counter_ns()
+    if os.waitstatus_to_exitcode(status) != 0:
+        failures.append("%s exited %d" % (argv[0], os.waitstatus_to_exitcode(status)))
+    return t1 - t0
+
+
+def process_start(runs, out, tmpdir):
+    stdin_path = os.path.join(tmpdir, "version-stdin.json")
+    with open(stdin_path, "w") as f:
+        f.write('{"cniVersion":"1.0.0"}')
+    env = cni_env("VERSION", None, "")
+    cases = {"rdma-ns VERSION": [RDMA_NS], "/bin/true": ["/bin/true"],
+             "ip -batch (empty)": ["/usr/sbin/ip", "-batch", "/dev/null"]}
+    times = {k: [] for k in cases}
+    for i in range(runs):
+        for k in rotate(list(cases), i):
+            times[k].append(spawn_wait(cases[k], env, stdin_path))
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "iteration", "ns"])
+        for k, v in times.items():
+            w.writerows((k, i, t) for i, t in enumerate(v))
+    return times
+
+
+def peak_rss(with_ipam):
+    """/usr/bin/time -v of one ADD (then an untimed DEL). Max RSS of a process that waited for a
+    child includes the child's, so the IPAM-less ADD is the plugin's own."""
+    pod = Pod()
+    try:
+        conf = rdma_conf("device", pod, {})
+        if not with_ipam:
+            del conf["ipam"]
+        env = cni_env("ADD", pod, "rss")
+        p = subprocess.run(["/usr/bin/time", "-v", RDMA_NS], input=json.dumps(conf).encode(),
+                           env=env, capture_output=True)
+        if p.returncode != 0:
+            failures.append("RSS ADD: %s" % p.stdout)
+        kb = None
+        for line in p.stderr.decode().splitlines():
+            if "Maximum resident set size" in line:
+                kb = int(line.split(":")[1])
+        env["CNI_COMMAND"] = "DEL"
+        subprocess.run([RDMA_NS], input=json.dumps(conf).encode(), env=env, capture_output=True)
+        return kb
+    finally:
+        pod.teardown()
+        settle([pod])
+
+
+def true_rss():
+    p = subprocess.run(["/usr/bin/time", "-v", "/bin/true"], capture_output=True)
+    for line in p.stderr.decode().splitlines():
+        if "Maximum resident set size" in line:
+            return int(line.split(":")[1])
+
+
+def verdict(ok):
+    return "ok" if ok else "MISS"
+
+
+def main():
+    global RDMA_NS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--results", default=os.path.join(REPO, "results"))
+    ap.add_argument("--only", default="compare,scale,concurrency,start,rss")
+    ap.add_argument("--plugin", default=RDMA_NS, help="the rdma-ns binary to measure")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    RDMA_NS = os.path.abspath(args.plugin)
+
+    if args.smoke:
+        cycles, levels, start_runs, conc_rounds = min(args.cycles, 5), [10, 100], 100, 1
+        scale_cycles = 3
+    else:
+        cycles, levels, start_runs, conc_rounds = args.cycles, [10, 500, 2000], 1000, 3
+        scale_cycles = args.cycles
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    outdir = os.path.join(args.results, "bench-" + stamp + ("-smoke" if args.smoke else ""))
+    os.makedirs(outdir, exist_ok=True)
+    shutil.rmtree(DATA_DIR, ignore_errors=True)
+    os.makedirs(DATA_DIR, mode=0o700)
+
+    subprocess.run(["ip", "netns", "attach", HOST_NS_NAME, str(os.getpid())], check=True,
+                   capture_output=True)
+    samples = Samples(os.path.join(outdir, "samples.csv"))
+    lines = []
+    out = lines.append
+    t_start = time.monotonic()
+    try:
+        out("rdma-ns benchmark: kernel %s, %d cpus, %d cycles%s; raw samples in %s" % (
+            os.uname().release, os.cpu_count(), cycles, " (smoke)" if args.smoke else "",
+            os.path.relpath(outdir, REPO)))
+        out("plugin %s; load average at start %s" % (
+            os.path.relpath(RDMA_NS, REPO), loadavg()))
+        if "compare" in only:
+            compare(samples, cycles)
+            report_compare(samples, out)
+        if "scale" in only:
+            scale(samples, scale_cycles, levels)
+            report_scale(samples, levels, out)
+        samples.f.flush()
+        if "concurrency" in only:
+            res = concurrency(conc_rounds, 32, os.path.join(outdir, "concurrency.csv"))
+            floor = floor_concurrency(conc_rounds, 32,
+                                      os.path.join(outdir, "concurrency-floor.csv"))
+            report_concurrency(res, floor, out)
+        if "start" in only:
+            times = process_start(start_runs, os.path.join(outdir, "start.csv"), outdir)
+            report_start(times, out)
+        if "rss" in only:
+            own, with_ipam, true_kb = peak_rss(False), peak_rss(True), true_rss()
+            size = os.path.getsize(RDMA_NS)
+            stripped = b".symtab" not in open(RDMA_NS, "rb").read()
+            out("peak RSS of one ADD: rdma-ns alone %s kB [target <= 2560: %s]; with static "
+                "IPAM (its child's peak counts) %s kB; /bin/true %s kB" % (
+                    own, verdict(own is not None and own <= 2560), with_ipam, true_kb))
+            out("release binary: %d bytes (%.2f MiB)%s" % (
+                size, size / 2**20, ", stripped" if stripped else ", NOT stripped"))
+    finally:
+        samples.f.close()
+        subprocess.run(["ip", "netns", "delete", HOST_NS_NAME], capture_output=True)
+    out("failures: %d; wall %.0f s; load average at end %s" % (
+        len(failures), time.monotonic() - t_start, loadavg()))
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    with open(os.path.join(outdir, "summary.txt"), "w") as f:
+        f.write(text)
+        for fail in failures:
+            f.write("FAIL " + fail + "\n")
+    for fail in failures[:20]:
+        print("FAIL", fail, file=sys.stderr)
+    return 1 if failures else 0
+
+
+def report_compare(s, out):
+    floor = {f: statistics.median(s.get("compare", "floor", f)) for f in ("add", "del", "cycle")}
+    out("")
+    out("%-12s %15s %15s %15s   %-20s" % ("variant", "ADD med/p95", "DEL med/p95",
+                                          "cycle med/p95", "x floor (ADD/DEL/cyc)"))
+    for v in VARIANTS:
+        cols, ratios = [], []
+        for f in ("add", "del", "cycle"):
+            xs = s.get("compare", v, f)
+            cols.append("%6.2f/%6.2f" % (ms(statistics.median(xs)), ms(pct(xs, 0.95))))
+            ratios.append("%.2f" % (statistics.median(xs) / floor[f]))
+        out("%-12s %15s %15s %15s   %s" % (v, cols[0], cols[1], cols[2], "/".join(ratios)))
+    rd = statistics.median(s.get("compare", "rdma-ns", "cycle"))
+    hd = statistics.median(s.get("compare", "host-device", "cycle"))
+    ipam = statistics.median(s.get("compare", "ipam-static", "cycle"))
+    over = rd - floor["cycle"] - ipam
+    out("(ms; floor = iproute2 doing the same kernel operations: ADD is two `ip -batch` runs, "
+        "host then pod, DEL one)")
+    out("rdma-ns cycle / host-device cycle = %.3f [target <= 0.95: %s]" % (
+        rd / hd, verdict(rd / hd <= 0.95)))
+    ip_start = statistics.median(s.get("compare", "ip-start", "add"))
+    strict = over + ip_start
+    out("plugin overhead per cycle = rdma-ns - floor - static IPAM = %.2f - %.2f - %.2f = %.2f ms; "
+        "against a one-process-per-phase floor (minus one ip start, %.2f ms): %.2f ms "
+        "[target <= 3: %s]" % (ms(rd), ms(floor["cycle"]), ms(ipam), ms(over), ms(ip_start),
+                                ms(strict), verdict(ms(strict) <= 3)))
+
+
+def report_scale(s, levels, out):
+    base = levels[0]
+    out("")
+    out("scale: rdma-ns cycle median (ms) by extra host links, ratio to %d links" % base)
+    out("%-9s" % "selector" + "".join("%16s" % ("%d links" % n) for n in levels) + "   target")
+    for sel, limit in (("device", 1.1), ("hwaddr", 1.3), ("pci", 1.1)):
+        b = statistics.median(s.get("scale", "rdma-ns", "cycle", base, sel))
+        cells, worst = [], 0.0
+        for n in levels:
+            m = statistics.median(s.get("scale", "rdma-ns", "cycle", n, sel))
+            worst = max(worst, m / b)
+            cells.append("%16s" % ("%.2f (%.2fx)" % (ms(m), m / b)))
+        out("%-9s" % sel + "".join(cells) + "   <= %.1fx: %s" % (limit, verdict(worst <= limit)))
+    for sel in ("device", "hwaddr", "pci"):
+        parts = []
+        for n in levels:
+            a = statistics.median(s.get("scale", "rdma-ns", "add", n, sel))
+            d = statistics.median(s.get("scale", "rdma-ns", "del", n, sel))
+            parts.append("%d: %.2f/%.2f" % (n, ms(a), ms(d)))
+        out("  %-7s ADD/DEL med ms  %s" % (sel, "  ".join(parts)))
+
+
+def report_concurrency(res, floor, out):
+    def summary(rows):
+        def med(mode, k):
+            return statistics.median(r[k] for r in rows if r[1] == mode)
+        pa, pd = med("parallel", 2), med("parallel", 3)
+        sa, sd = med("serial", 2), med("serial", 3)
+        return pa, pd, sa, sd, (pa + pd) / (sa + sd), sum(r[4] for r in rows)
+    out("")
+    pa, pd, sa, sd, ratio, fails = summary(res)
+    out("concurrency, 32 devices (%d rounds, median wall): rdma-ns parallel ADD %.0f + DEL %.0f "
+        "ms, serial ADD %.0f + DEL %.0f ms; parallel/serial %.2f (ADD %.2f, DEL %.2f); "
+        "failures %d [target 0 and <= 0.6: %s]" % (
+            len(res) // 2, ms(pa), ms(pd), ms(sa), ms(sd), ratio, pa / sa, pd / sd, fails,
+            verdict(fails == 0 and ratio <= 0.6)))
+    pa, pd, sa, sd, ratio, fails = summary(floor)
+    out("  floor (same kernel operations by ip): parallel ADD %.0f + DEL %.0f ms, serial ADD %.0f "
+        "+ DEL %.0f ms; parallel/serial %.2f (ADD %.2f, DEL %.2f)" % (
+            ms(pa), ms(pd), ms(sa), ms(sd), ratio, pa / sa, pd / sd))
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def report_start(times, out):
+    med = {k: statistics.median(v) for k, v in times.items()}
+    r = med["rdma-ns VERSION"] / med["/bin/true"]
+    out("process start (%d runs, median): rdma-ns VERSION %.3f ms, /bin/true %.3f ms, ratio %.2f "
+        "[target <= 1.3: %s]; ip -batch (empty) %.3f ms" % (
+            len(times["/bin/true"]), ms(med["rdma-ns VERSION"]), ms(med["/bin/true"]), r,
+            verdict(r <= 1.3), ms(med["ip -batch (empty)"])))
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        sys.exit("the benchmark must run as root (network namespaces, links)")
+    sys.exit(main())

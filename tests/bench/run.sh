@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Benchmark of move mode against Debian's host-device and an iproute2 floor (see tests/README.md).
+#   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,scale,concurrency,start,rss]
+# As root on the machine's own kernel. Prints a table; raw samples go to results/bench-*/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "tests/bench/run.sh must run as root (it creates network namespaces and links)" >&2
+  exit 1
+fi
+
+# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device and static IPAM.
+need=()
+for pkg in time containernetworking-plugins iproute2 python3; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# The binary as it ships (install/build.sh: release profile, glibc linked statically).
+plugin=$(install/build.sh)
+# Debian's python3, not whatever a shell's PATH prefers: only the standard library is used.
+exec /usr/bin/python3 tests/bench/bench.py --plugin "$plugin" "$@"
