@@ -52,10 +52,12 @@ fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {
     })
 }
 
+/// The attachment record: JSON lines, the last one current (see src/attach/state.rs).
 fn record(network: &str, container: &str, ifname: &str) -> Value {
     let path = format!("{}/{network}/{container}:{ifname}.json", state_dir());
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
-        .unwrap()
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    serde_json::from_str(last).unwrap()
 }
 
 fn macvlan_conf(extra: Value) -> Value {
