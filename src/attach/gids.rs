@@ -129,18 +129,15 @@ pub fn with_view<T: Send>(
 }
 
 /// The RoCE ports (ib device, port) a host netdev is bound to, by its own device or rxe's
-/// `parent` (a GID-table-only match is an upper device such as a VLAN, whose GIDs belong to
-/// the lower device's port and follow on their own).
+/// `parent`. A netdev found only in a GID table is an upper device such as a VLAN, whose ib
+/// device belongs to the lower one: not looked for (it would cost a scan of every GID).
 pub fn roce_ports_of(sys: &SysRoot, netdev: &str) -> Result<Vec<(String, u32)>> {
     let topo = RdmaSysfs::new(sys);
     let refs = topo
-        .ib_ports_for_netdev(netdev)
+        .ib_ports_of_own_device(netdev)
         .map_err(|e| Error::io(format!("reading the ib devices of {netdev} in sysfs"), e))?;
     let mut out = Vec::new();
     for r in refs {
-        if r.via == crate::kernel::rdma::NetdevLink::GidTable {
-            continue;
-        }
         let dev = topo
             .device(&r.ibdev)
             .map_err(|e| Error::io(format!("reading ib device {}", r.ibdev), e))?;

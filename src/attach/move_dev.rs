@@ -536,10 +536,9 @@ pub fn release_device(
 /// Names of the ib devices a host netdev belongs to (its own function's, or rxe's parent).
 pub fn ib_device_names(sys: &SysRoot, netdev: &str) -> Result<Vec<String>> {
     let mut names: Vec<String> = crate::kernel::rdma::RdmaSysfs::new(sys)
-        .ib_ports_for_netdev(netdev)
+        .ib_ports_of_own_device(netdev)
         .map_err(|e| Error::io(format!("reading the ib devices of {netdev} in sysfs"), e))?
         .into_iter()
-        .filter(|p| p.via != crate::kernel::rdma::NetdevLink::GidTable)
         .map(|p| p.ibdev)
         .collect();
     names.sort();

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{IbParent, LinkLayer, NetdevLink, RdmaSysfs};
+use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::rdma_nl::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::sysfs::SysRoot;
@@ -95,18 +95,13 @@ pub fn plan_ib_move(
         }
     }
     let topo = RdmaSysfs::new(sys);
-    let ports: Vec<_> = topo
-        .ib_ports_for_netdev(&netdev.name)
-        .map_err(|e| {
-            Error::io(
-                format!("reading the ib devices of {} in sysfs", netdev.name),
-                e,
-            )
-        })?
-        .into_iter()
-        // A GID-table-only match is an upper device (VLAN): its ib device belongs to the lower.
-        .filter(|p| p.via != NetdevLink::GidTable)
-        .collect();
+    // An upper device (VLAN) has no ib device of its own: its lower device's is not moved.
+    let ports = topo.ib_ports_of_own_device(&netdev.name).map_err(|e| {
+        Error::io(
+            format!("reading the ib devices of {} in sysfs", netdev.name),
+            e,
+        )
+    })?;
     let mut names: Vec<&str> = ports.iter().map(|p| p.ibdev.as_str()).collect();
     names.sort();
     names.dedup();

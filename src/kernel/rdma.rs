@@ -729,6 +729,19 @@ impl<'a> RdmaSysfs<'a> {
     /// `parent` file names it (rxe); else any port whose GID table names it (RoCE upper
     /// devices). An absent netdev yields none.
     pub fn ib_ports_for_netdev(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
+        let mut out = self.ib_ports_of_own_device(ifname)?;
+        if !out.is_empty() {
+            return Ok(out);
+        }
+        self.gid_table_ports(ifname, &mut out)?;
+        Ok(out)
+    }
+
+    /// The ports a netdev belongs to by its own device (same parent device and `dev_port`) or
+    /// as rxe/siw's `parent`, without the GID-table scan of [`Self::ib_ports_for_netdev`]: the
+    /// scan reads every GID of every port (1024 entries on rxe), which callers that only care
+    /// about a netdev's own ib device need not pay for every non-RDMA netdev.
+    pub fn ib_ports_of_own_device(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
         plain_name(ifname)?;
         let base = Path::new("class/net").join(ifname);
         let mut out = Vec::new();
@@ -761,9 +774,10 @@ impl<'a> RdmaSysfs<'a> {
                 });
             }
         }
-        if !out.is_empty() {
-            return Ok(out);
-        }
+        Ok(out)
+    }
+
+    fn gid_table_ports(&self, ifname: &str, out: &mut Vec<IbPortRef>) -> io::Result<()> {
         for ibdev in self.device_names()? {
             let ports_dir = Path::new("class/infiniband").join(&ibdev).join("ports");
             for port in numeric_entries(self.sys, &ports_dir)? {
@@ -784,7 +798,7 @@ impl<'a> RdmaSysfs<'a> {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Netdevs of an ib device per port, as `(port, netdev)`.

@@ -29,10 +29,41 @@ grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state || fail "rxe0 port not A
 [[ $(cat /sys/class/infiniband/rxe0/parent) == rxev0 ]] || fail "rxe0 no longer over rxev0"
 echo "all $N links present; rxe0 still ACTIVE over rxev0"
 
-# ==== PLUGIN ADD/DEL AMONG MANY LINKS: extend here =======================================
-# When the plugin's ADD/DEL exist, run them here against "$RDMA_NS_BIN" with
-# CNI_NETNS="$RDMA_NS_VM_NETNS" while the $N dummy links exist: ADD must find rxev0/rxe0
-# among them, DEL must undo it. Leave nothing behind (the runner checks after the case).
+# ==== PLUGIN ADD/DEL AMONG MANY LINKS =====================================================
+# With the $N dummy links present: move mode selects one of them by name and another by hwaddr
+# (the selector that dumps every link), macvlan mode creates a child of rxev0 and finds its GID
+# on rxe0. ADD and DEL must both be right; nothing may be left behind.
+state=$work/state
+echo "$state" >>"${RDMA_NS_VM_STATE_DIRS:?}"
+cni() { # cni COMMAND CONTAINER IFNAME CONF -> stdout of the plugin, exit status kept
+    CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$RDMA_NS_VM_NETNS CNI_IFNAME=$3 CNI_ARGS='' \
+        CNI_PATH=/usr/lib/cni "$RDMA_NS_BIN" <<<"$4"
+}
+move_conf() { # move_conf SELECTOR-FIELD VALUE ADDRESS
+    printf '{"cniVersion":"1.0.0","name":"scale","type":"rdma-ns","%s":"%s","dataDir":"%s","ipam":{"type":"static","addresses":[{"address":"%s"}]}}' \
+        "$1" "$2" "$state" "$3"
+}
+by_name=${PREFIX}17
+by_mac=${PREFIX}1999
+mac=$(cat "/sys/class/net/$by_mac/address")
+c1=$(move_conf device "$by_name" 10.30.0.2/24)
+c2=$(move_conf hwaddr "$mac" 10.30.1.2/24)
+cni ADD s1 net1 "$c1" >"$work/add1.json" || fail "ADD by name among $N links: $(cat "$work/add1.json")"
+cni ADD s2 net2 "$c2" >"$work/add2.json" || fail "ADD by hwaddr among $N links: $(cat "$work/add2.json")"
+ip -n vmpod -o addr show dev net1 | grep -q 10.30.0.2/24 || fail "net1 lacks its address in the pod"
+[[ $(cat "/sys/class/net/$by_mac/address" 2>/dev/null) == "" ]] || fail "$by_mac is still in the host"
+[[ $(ip -n vmpod -o link show dev net2 | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2) == "$mac" ]] ||
+    fail "the device selected by hwaddr is not the one in the pod"
+c3=$(printf '{"cniVersion":"1.0.0","name":"scalemv","type":"rdma-ns","mode":"macvlan","master":"rxev0","dataDir":"%s","ipam":{"type":"static","addresses":[{"address":"10.30.2.2/24"}]}}' "$state")
+cni ADD s3 net3 "$c3" >"$work/add3.json" || fail "macvlan ADD among $N links: $(cat "$work/add3.json")"
+grep -q '"index"' "$state"/scalemv/s3:net3.json || fail "no GID index recorded for the macvlan pod IP"
+for args in "s1 net1 $c1" "s2 net2 $c2" "s3 net3 $c3"; do
+    read -r cid ifn conf <<<"$args"
+    cni DEL "$cid" "$ifn" "$conf" >"$work/del.json" || fail "DEL $cid: $(cat "$work/del.json")"
+done
+[[ -e /sys/class/net/$by_name && -e /sys/class/net/$by_mac ]] || fail "moved dummies are not back in the host"
+[[ $(ip -n vmpod -o link show | grep -vc ' lo:') -eq 0 ]] || fail "links left in the pod netns"
+echo "ADD/DEL by name, by hwaddr and macvlan+GID correct among $N links"
 # ==========================================================================================
 
 # One request for all: the kernel unregisters the whole group at once. (2000 single deletes
