@@ -230,24 +230,34 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
         return Ok(());
     };
     let _lock = ctx.store.lock_device(&att.device_key, pc.lock_timeout)?;
-    if let (Some(rec), Some(path)) = (&att.rdma, req.env.netns.as_deref()) {
-        if let Ok(ns) = Netns::open(path) {
-            let pod = Ns::Pod(&ns);
-            let index = ctx.rdma.device_index(pod, &rec.ibdev).map_err(|e| {
-                Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e)
-            })?;
-            if let Some(index) = index {
-                ctx.rdma
-                    .move_device(pod, index, Ns::Host)
-                    .map_err(|e| move_error(rec, "back to the host netns", e))?;
-            }
-        }
+    if let Some(path) = req.env.netns.as_deref() {
+        release(ctx, path, &att)?;
     }
     let mut errors = Vec::new();
     crate::attach::publish::release_all(ctx, &att, &mut errors);
     Error::collect(errors)?;
     ctx.store
         .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)
+}
+
+/// Moves the attachment's ib device back to the host from inside the pod netns at `netns`; a
+/// netns that is gone has already given it back (the kernel returns ib devices to init_net).
+pub fn release(ctx: &Ctx<'_>, netns: &std::path::Path, att: &Attachment) -> Result<()> {
+    let (Some(rec), Ok(ns)) = (&att.rdma, Netns::open(netns)) else {
+        return Ok(());
+    };
+    let pod = Ns::Pod(&ns);
+    let index = ctx
+        .rdma
+        .device_index(pod, &rec.ibdev)
+        .map_err(|e| Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e))?;
+    match index {
+        Some(index) => ctx
+            .rdma
+            .move_device(pod, index, Ns::Host)
+            .map_err(|e| move_error(rec, "back to the host netns", e)),
+        None => Ok(()),
+    }
 }
 
 /// CHECK: the ib device is in the pod netns and its port is ACTIVE.

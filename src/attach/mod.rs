@@ -199,9 +199,15 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
         let outcome = ctx
             .store
             .lock_device(&att.device_key, lock_timeout)
-            .and_then(|_lock| match att.child {
-                Some(_) => child::release_child(ctx.kernel, None, &att),
-                None => move_dev::release_device(ctx.kernel, ctx.rdma, None, &att),
+            .and_then(|_lock| {
+                match (&att.child, att.mode.as_str()) {
+                    (Some(_), _) => child::release_child(ctx.kernel, None, &att)?,
+                    (None, "rdma") => chain::release(ctx, std::path::Path::new(&att.netns), &att)?,
+                    (None, _) => move_dev::release_device(ctx.kernel, ctx.rdma, None, &att)?,
+                }
+                let mut published = Vec::new();
+                publish::release_all(ctx, &att, &mut published);
+                Error::collect(published)
             })
             .and_then(|_| {
                 ctx.store
