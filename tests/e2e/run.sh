@@ -3,7 +3,8 @@
 # beyond the package registries). A veth's host end stands in for the RDMA NIC.
 #
 #   tests/e2e/run.sh            every case
-#   tests/e2e/run.sh CASE...    only these: podman ctr cri musl install-sh daemonset containerfile
+#   tests/e2e/run.sh CASE...    only these: podman podman-macvlan ctr ctr-macvlan cri musl
+#                               install-sh daemonset containerfile
 #   E2E_KEEP=1 tests/e2e/run.sh keep the temp dir (logs, configs) for a look afterwards
 #
 # It installs what it needs by package name (apt: podman, containerd, runc, busybox-static,
@@ -26,7 +27,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-ALL_CASES=(podman ctr cri musl install-sh daemonset containerfile)
+ALL_CASES=(podman podman-macvlan ctr ctr-macvlan cri musl install-sh daemonset containerfile)
 CASES=("$@")
 [ "${#CASES[@]}" -gt 0 ] || CASES=("${ALL_CASES[@]}")
 for c in "${CASES[@]}"; do
@@ -241,6 +242,71 @@ PY
 }
 MTU=$("$PY" -c 'import json;print(json.load(open("conf/move.conflist"))["plugins"][0]["mtu"])')
 
+# macvlan_conflist NAME MASTER SUBNET DATADIR LOGFILE [MTU]: conf/macvlan.conflist (its mode,
+# macvlanMode and "capabilities": {"mac": true} kept) with the network name, the master,
+# host-local's subnet and a private host-local dataDir (DATADIR-host-local), a private dataDir,
+# a debug log file, and `mtu` when given.
+macvlan_conflist() {
+  "$PY" - "$REPO/conf/macvlan.conflist" "$@" <<'PY'
+import json, sys
+src, name, master, subnet, data, log = sys.argv[1:7]
+nl = json.load(open(src))
+nl["name"] = name
+p = nl["plugins"][0]
+assert p["mode"] == "macvlan" and p["capabilities"] == {"mac": True}, p
+p["master"], p["dataDir"], p["logFile"], p["logLevel"] = master, data, log, "debug"
+p["ipam"]["ranges"] = [[{"subnet": subnet}]]
+p["ipam"]["dataDir"] = data + "-host-local"
+if len(sys.argv) > 7:
+    p["mtu"] = int(sys.argv[7])
+print(json.dumps(nl, indent=2))
+PY
+}
+# host-local's leases under its dataDir (its last_reserved_ip.N and lock files excluded).
+leases() { find "$1" -type f ! -name 'last_reserved_ip*' ! -name lock 2>/dev/null; }
+
+# A macvlan parent standing in for a RoCE netdev: up, MTU 9000, a host address, no IPv6 (no
+# link-local address appearing under the checks).
+make_parent() {
+  make_nic "$1" &&
+    sysctl -qw "net.ipv6.conf.$1.disable_ipv6=1" &&
+    ip link set "$1" mtu 9000 up &&
+    ip addr add "$2" dev "$1"
+}
+# What pods must not change on the parent: the link (ifindex, flags, MTU, MAC, promiscuity: a
+# macvlan child that is up makes a veth parent promiscuous until it is gone) and its addresses.
+parent_view() { ip -d -o link show dev "$1" && ip -o addr show dev "$1" | awk '{print $3, $4}'; }
+parent_is() { [ "$(parent_view "$1")" = "$2" ]; }
+# Links carrying MAC in any network namespace of the host (the named ones and those of every
+# process), as "NETNS IFNAME" lines.
+links_with_mac_anywhere() {
+  local mac=$1 seen=" " f ino
+  for f in /run/netns/* /proc/[0-9]*/ns/net; do
+    ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
+    [[ $seen == *" $ino "* ]] && continue
+    seen+="$ino "
+    nsenter --net="$f" ip -o link show 2>/dev/null |
+      awk -v mac="$mac" -v ns="$f" '$0 ~ "link/ether " mac {sub(":$","",$2); sub("@.*","",$2); print ns, $2}'
+  done
+}
+# macvlan_gone PARENT VIEW MAC...: after the last DEL, no child with these MACs in any netns, no
+# macvlan on PARENT in the host, and PARENT as it was (waits: a child in a deleted netns dies
+# with it asynchronously).
+macvlan_gone() {
+  local parent=$1 view=$2 mac left
+  shift 2
+  wait_for 10 "$parent to be as before the pods (no child left on it)" parent_is "$parent" "$view" ||
+    die "$parent changed: before '$view', now '$(parent_view "$parent")'"
+  step "$parent untouched in the host: same ifindex, flags, mtu 9000, MAC, promiscuity 0, address"
+  for mac in "$@"; do
+    left=$(links_with_mac_anywhere "$mac")
+    [ -z "$left" ] || die "a link with $mac is left: $left"
+  done
+  left=$(ip -o link show type macvlan | grep -F "@$parent:" || true)
+  [ -z "$left" ] || die "macvlan on $parent left in the host: $left"
+  step "no child left in any netns (no link with $* anywhere, no macvlan on $parent in the host)"
+}
+
 # plugin_calls LOG: one line per rdma-ns invocation in the log ("CMD netns=... ok|error: ...");
 # fails if any invocation logged an error. Lines carry the pid, so parallel calls are told apart.
 plugin_calls() {
@@ -289,7 +355,7 @@ TIME_IMAGES=$(($(date +%s) - section_start))
 
 # ---------------------------------------------------------------- containerd (ctr and cri)
 need_containerd=0
-for c in "${CASES[@]}"; do [[ $c == ctr || $c == cri ]] && need_containerd=1; done
+for c in "${CASES[@]}"; do [[ $c == ctr* || $c == cri ]] && need_containerd=1; done
 CD=$TMP/containerd
 CRI_NIC=re2${TAG}cr
 CRI_DATA=$TMP/cri/state
@@ -477,18 +543,89 @@ case_podman() {
   T 60 podman rmi "$IMG_BUSYBOX" >/dev/null || die "podman rmi failed"
 }
 
-case_ctr() {
-  local C=$TMP/ctr nic=re2${TAG}ct mac out data=$TMP/ctr/state log=$TMP/ctr/rdma-ns.log id=rdma-ns-e2e-$TAG
-  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
-  cp "$PLUGIN" "$C/bin/rdma-ns"
-  make_nic "$nic" || die "cannot create veth $nic"
-  mac=$(mac_of "$nic")
-  conflist "$NET" "$nic" 10.56.11.2/24 "$data" "$log" >"$C/net.d/$NET.conflist"
-  step "ctr run --cni, containerd $(containerd --version | awk '{print $3}'), device $nic ($mac)"
-  # `ctr run --cni` reads /etc/cni/net.d and execs from /opt/cni/bin (Debian adds /usr/lib/cni),
-  # with no flag to change them: ctr runs in a private mount namespace where those two paths are
-  # this run's dirs, so the host's CNI config is neither read nor touched.
-  [ -d /etc/cni/net.d ] || die "/etc/cni/net.d is missing (it comes with podman)"
+# macvlan mode (conf/macvlan.conflist): children of a veth end standing in for the RoCE netdev,
+# which stays in the host. Two containers at once on one parent: A on a network without `mtu`
+# (the child gets the parent's), with --mac-address (podman passes it as MAC in CNI_ARGS) and
+# interface_name net1; B on a network with a smaller `mtu`, the default name eth0 and the
+# kernel's MAC.
+case_podman_macvlan() {
+  local P=$TMP/podman M=$TMP/podman-mv parent=re2${TAG}pv pmac pidx view out id
+  local a=rdma-ns-e2e-$TAG-mva b=rdma-ns-e2e-$TAG-mvb net_a=$NET-mv net_b=$NET-mvm small=4000
+  local mac_a=02:e2:00:00:${TAG:0:2}:${TAG:2:2} mac_b netns_a netns_b
+  local data=$M/state log=$M/rdma-ns.log
+  setup_podman
+  mkdir -p "$M"
+  make_parent "$parent" 10.56.15.1/24 || die "cannot create the parent veth $parent"
+  pmac=$(mac_of "$parent")
+  pidx=$(cat "/sys/class/net/$parent/ifindex")
+  view=$(parent_view "$parent")
+  macvlan_conflist "$net_a" "$parent" 10.56.13.0/24 "$data" "$log" >"$P/net.d/$net_a.conflist"
+  macvlan_conflist "$net_b" "$parent" 10.56.14.0/24 "$data" "$log" "$small" >"$P/net.d/$net_b.conflist"
+  step "parent $parent ($pmac, ifindex $pidx, mtu 9000, 10.56.15.1/24); networks from conf/macvlan.conflist (host-local): $net_a, $net_b (mtu $small)"
+  podman_image || die "podman import failed"
+  out=$(T 30 podman network ls --format '{{.Name}} {{.Driver}}')
+  [[ $out == *"$net_a rdma-ns"* && $out == *"$net_b rdma-ns"* ]] || die "podman does not list $net_a and $net_b with driver rdma-ns: $out"
+
+  T 120 podman run -d --name "$a" --network "$net_a:interface_name=net1" --mac-address "$mac_a" "$IMG_BUSYBOX" \
+    sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run $a failed (log: $(cat "$log" 2>/dev/null))"
+  T 120 podman run -d --name "$b" --network "$net_b" "$IMG_BUSYBOX" \
+    sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run $b failed (log: $(cat "$log" 2>/dev/null))"
+  netns_a=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$a")
+  netns_b=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$b")
+  printf '%s\n%s\n' "$netns_a" "$netns_b" >>"$TMP/netns"
+  step "containers $a and $b running, netns $netns_a and $netns_b"
+
+  # The MAC reached the plugin through CNI_ARGS: libcni caches the args it passed.
+  id=$(T 30 podman inspect --format '{{.Id}}' "$a")
+  "$PY" - "/var/lib/cni/results/$net_a-$id-net1" "$mac_a" <<'PY' || die "podman did not pass MAC=$mac_a in CNI_ARGS (libcni cache above)"
+import json, sys
+c = json.load(open(sys.argv[1]))
+print("      libcni cache: cniArgs %s, capabilityArgs %s" % (c.get("cniArgs"), c.get("capabilityArgs")))
+sys.exit(0 if ["MAC", sys.argv[2]] in c.get("cniArgs", []) else 1)
+PY
+  out=$(T 30 podman exec "$a" ip -o link show net1) || die "podman exec $a ip link failed"
+  [[ $out == *" mtu 9000 "* ]] || die "net1 in $a: expected the parent's mtu 9000: $out"
+  [[ $out == *"link/ether $mac_a "* ]] || die "net1 in $a: expected --mac-address $mac_a: $out"
+  out=$(T 30 podman exec "$a" ip -o addr show net1) || die "podman exec $a ip addr failed"
+  [[ $out == *"inet 10.56.13.2/24 "* ]] || die "net1 in $a: expected 10.56.13.2/24: $out"
+  out=$(ip -n "$(basename "$netns_a")" -d -o link show net1) || die "no net1 in $netns_a"
+  [[ $out == *"net1@if$pidx:"* && $out == *"link-netnsid 0"* && $out == *"macvlan mode bridge"* ]] ||
+    die "net1 in $a is not a bridge-mode macvlan of $parent (ifindex $pidx): $out"
+  step "inside $a (podman exec ip): net1, mtu 9000 (the parent's), $mac_a (MAC in CNI_ARGS), inet 10.56.13.2/24; a bridge-mode macvlan of $parent"
+  out=$(T 30 podman exec "$b" ip -o link show eth0) || die "podman exec $b ip link failed"
+  [[ $out == *" mtu $small "* ]] || die "eth0 in $b: expected mtu $small: $out"
+  mac_b=$(sed -n 's/.*link\/ether \([0-9a-f:]*\) .*/\1/p' <<<"$out")
+  { [ -n "$mac_b" ] && [ "$mac_b" != "$pmac" ] && [ "$mac_b" != "$mac_a" ]; } || die "eth0 in $b: unexpected MAC: $out"
+  out=$(T 30 podman exec "$b" ip -o addr show eth0) || die "podman exec $b ip addr failed"
+  [[ $out == *"inet 10.56.14.2/24 "* ]] || die "eth0 in $b: expected 10.56.14.2/24: $out"
+  step "inside $b: eth0, mtu $small (the conf's), $mac_b (the kernel's), inet 10.56.14.2/24"
+  [ -z "$(links_with_mac "$mac_a")$(links_with_mac "$mac_b")" ] || die "a child is visible in the host"
+  [ "$(records "$data" | wc -l)" = 2 ] || die "expected 2 attachment records while both run: $(records "$data")"
+  [ "$(leases "$data-host-local" | wc -l)" = 2 ] || die "expected 2 host-local leases: $(leases "$data-host-local")"
+  [ "$(links_with_mac "$pmac")" = "$parent" ] || die "$parent is not in the host under its name"
+  step "children only in the pods; parent in the host; 2 attachment records, 2 host-local leases"
+
+  T 60 podman stop -t 10 "$a" "$b" >/dev/null || die "podman stop failed"
+  T 60 podman rm "$a" "$b" >/dev/null || die "podman rm failed"
+  { [ ! -e "$netns_a" ] && [ ! -e "$netns_b" ]; } || die "a pod netns is left: $netns_a $netns_b"
+  step "podman stop, podman rm: both netns gone"
+  macvlan_gone "$parent" "$view" "$mac_a" "$mac_b"
+  expect_clean "$data"
+  [ -z "$(leases "$data-host-local")" ] || die "host-local leases left: $(leases "$data-host-local")"
+  step "host-local released both addresses"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  { [ "$(count_calls "$log" Add)" = 2 ] && [ "$(count_calls "$log" Del)" -ge 2 ]; } || die "expected 2 ADDs and at least 2 DELs"
+}
+
+# ctr_run_cni DIR ID CMD...: `ctr run --rm --cni` of the busybox image as container ID running
+# CMD, with DIR/bin as the CNI bin dir and DIR/net.d as the conf dir; stdout to DIR/out, stderr
+# to DIR/err. `ctr run --cni` reads /etc/cni/net.d and execs from /opt/cni/bin (Debian adds
+# /usr/lib/cni), with no flag to change them: ctr runs in a private mount namespace where those
+# two paths are this run's dirs, so the host's CNI config is neither read nor touched.
+ctr_run_cni() {
+  local C=$1 id=$2
+  shift 2
+  [ -d /etc/cni/net.d ] || { echo "/etc/cni/net.d is missing (it comes with podman)" >"$C/err"; return 1; }
   T 120 unshare --mount --propagation private sh -c '
       set -e
       mount -t tmpfs rdma-ns-e2e /opt
@@ -498,8 +635,18 @@ case_ctr() {
       shift
       exec "$@"' sh "$C" \
     ctr -a "$CD/containerd.sock" -n "$CTR_NS" run --rm --cni --snapshotter native \
-    --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" \
-    sh -c 'ip -o link show eth0; ip -o addr show eth0' >"$C/out" 2>"$C/err" ||
+    --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" "$@" >"$C/out" 2>"$C/err"
+}
+
+case_ctr() {
+  local C=$TMP/ctr nic=re2${TAG}ct mac out data=$TMP/ctr/state log=$TMP/ctr/rdma-ns.log id=rdma-ns-e2e-$TAG
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  cp "$PLUGIN" "$C/bin/rdma-ns"
+  make_nic "$nic" || die "cannot create veth $nic"
+  mac=$(mac_of "$nic")
+  conflist "$NET" "$nic" 10.56.11.2/24 "$data" "$log" >"$C/net.d/$NET.conflist"
+  step "ctr run --cni, containerd $(containerd --version | awk '{print $3}'), device $nic ($mac)"
+  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
     die "ctr run failed: $(cat "$C/err")"
   out=$(cat "$C/out")
   [[ $out == *"eth0"*" mtu $MTU "* ]] || die "eth0 in the container: expected mtu $MTU: $out"
@@ -520,6 +667,40 @@ case_ctr() {
   expect_clean "$data"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
   [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ] || die "expected 1 ADD and 1 DEL"
+  [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
+}
+
+# macvlan mode with `ctr run --cni`: the child is created in the task's netns, which dies with
+# the task; DEL then arrives with an empty CNI_NETNS, and the kernel destroys the child with its
+# netns. Checks: DEL succeeds, no record and no lease left, the parent as before.
+case_ctr_macvlan() {
+  local C=$TMP/ctr-mv parent=re2${TAG}cv pmac view out cmac id=rdma-ns-e2e-$TAG-mv net=$NET-mvc
+  local data=$TMP/ctr-mv/state log=$TMP/ctr-mv/rdma-ns.log
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  cp "$PLUGIN" "$C/bin/rdma-ns"
+  make_parent "$parent" 10.56.17.1/24 || die "cannot create the parent veth $parent"
+  pmac=$(mac_of "$parent")
+  view=$(parent_view "$parent")
+  macvlan_conflist "$net" "$parent" 10.56.16.0/24 "$data" "$log" >"$C/net.d/$net.conflist"
+  step "ctr run --cni; parent $parent ($pmac, mtu 9000); network $net from conf/macvlan.conflist (host-local)"
+  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
+    die "ctr run failed: $(cat "$C/err")"
+  out=$(cat "$C/out")
+  [[ $out == *"eth0"*" mtu 9000 "* ]] || die "eth0 in the container: expected the parent's mtu 9000: $out"
+  [[ $out == *"inet 10.56.16.2/24 "* ]] || die "eth0 in the container: expected 10.56.16.2/24: $out"
+  cmac=$(sed -n 's/.*link\/ether \([0-9a-f:]*\) .*/\1/p' <<<"$out" | head -1)
+  { [ -n "$cmac" ] && [ "$cmac" != "$pmac" ]; } || die "eth0 in the container: unexpected MAC: $out"
+  step "inside (ip in the container): eth0, mtu 9000 (the parent's), $cmac, inet 10.56.16.2/24"
+  grep -v '^\s*$' "$C/err" | grep -qiE 'error|fail' && die "ctr reported: $(cat "$C/err")"
+  grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
+  step "container exited; ctr ran CNI DEL with an empty CNI_NETNS (stderr clean)"
+  { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
+  macvlan_gone "$parent" "$view" "$cmac"
+  expect_clean "$data"
+  [ -z "$(leases "$data-host-local")" ] || die "host-local lease left: $(leases "$data-host-local")"
+  step "host-local released the address"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ]; } || die "expected 1 ADD and 1 DEL"
   [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
 }
 
@@ -678,7 +859,9 @@ run_case() {
     FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
     case $name in
       podman) tail -20 "$TMP/podman/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      podman-macvlan) tail -20 "$TMP/podman-mv/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
       ctr) tail -20 "$TMP/ctr/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      ctr-macvlan) tail -20 "$TMP/ctr-mv/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
       cri) tail -20 "$CRI_LOG" 2>/dev/null | sed 's/^/      log: /'
            grep -E 'level=(error|warning)' "$CD/containerd.log" 2>/dev/null | tail -10 | sed 's/^/      containerd: /' ;;
     esac
@@ -696,13 +879,14 @@ fi
 for c in "${CASES[@]}"; do
   case $c in
     podman) run_case podman case_podman ;;
+    podman-macvlan) run_case podman-macvlan case_podman_macvlan ;;
     musl) run_case musl case_musl ;;
     install-sh) run_case install-sh case_install_sh ;;
     daemonset) run_case daemonset case_daemonset ;;
     containerfile) run_case containerfile case_containerfile ;;
-    ctr | cri)
+    ctr | ctr-macvlan | cri)
       if [ "$containerd_ok" = 1 ]; then
-        run_case "$c" "case_$c"
+        run_case "$c" "case_${c//-/_}"
       else
         FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $c (containerd did not start)")
       fi ;;
