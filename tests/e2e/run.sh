@@ -110,7 +110,7 @@ run_pids() {
   [ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
-    [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ] || continue
+    { [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ]; } || continue
     root=$(readlink "$d/root" 2>/dev/null)
     if [[ $root == "$TMP/"* ]] || { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/"; then
       echo "$pid"
@@ -163,12 +163,12 @@ cleanup() {
   # Containers the runtimes could not remove (daemon or shim gone): runc state lives under the
   # temp dir (CRI runtime Root, ctr --runc-root), so runc itself can still kill and delete them.
   local state root id
-  for state in $(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null); do
+  while IFS= read -r -u 3 state; do
     root=$(dirname "$(dirname "$state")")
     id=$(basename "$(dirname "$state")")
     T 20 runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1
     T 20 runc --root "$root" delete --force "$id" >/dev/null 2>&1
-  done
+  done 3< <(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null)
   # Left-over processes of this run, ended by PID: shims and conmon (the temp dir is in their
   # command line) and container processes (their root is a rootfs under the temp dir).
   local pids=() pid
@@ -179,7 +179,7 @@ cleanup() {
   fi
   # Network namespaces this run saw (pod netns left by a failure), then the veth pairs.
   while read -r ns; do
-    [ -n "$ns" ] && [ -e "$ns" ] || continue
+    { [ -n "$ns" ] && [ -e "$ns" ]; } || continue
     umount "$ns" 2>/dev/null
     rm -f "$ns"
   done <"$TMP/netns"
@@ -332,7 +332,12 @@ plugin_calls() {
 count_calls() { grep -c "debug: $2 container=" "$1" || true; }
 # Attachment records under a dataDir (lock files excluded: they are kept by design).
 records() { find "$1" -path "$1/locks" -prune -o -type f -path "$1/*/*" -print 2>/dev/null; }
-cni_cache() { ls /var/lib/cni/results 2>/dev/null | grep -F -- "$NET-" || true; }
+cni_cache() {
+  local f
+  for f in /var/lib/cni/results/"$NET"-*; do
+    [ ! -e "$f" ] || basename "$f"
+  done
+}
 
 # Checks shared by the cases after the last DEL.
 expect_clean() { # DATADIR
@@ -434,7 +439,14 @@ prepare_cri_client() {
   # CRI packages ship generated code only. `cargo fetch` of a throwaway manifest puts the crate
   # into cargo's cache; only its proto file is used.
   local cargo_home=${CARGO_HOME:-$HOME/.cargo} crate proto
-  crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" 2>/dev/null | head -1)
+  cached_crate() { # the crate file in cargo's registry cache, if there
+    local f
+    for f in "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate"; do
+      [ -e "$f" ] && { echo "$f"; return 0; }
+    done
+    return 1
+  }
+  crate=$(cached_crate) || true
   if [ -z "$crate" ]; then
     mkdir -p "$TMP/cri-fetch/src"
     : >"$TMP/cri-fetch/src/lib.rs"
@@ -449,7 +461,7 @@ $CRI_CRATE = "=$CRI_CRATE_VERSION"
 [workspace]
 EOF
     T 600 cargo fetch -q --manifest-path "$TMP/cri-fetch/Cargo.toml" --target "$(rustc -vV | awk '/^host:/{print $2}')" || return 1
-    crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" | head -1)
+    crate=$(cached_crate) || return 1
   fi
   mkdir -p "$TMP/cri-proto" "$TMP/cri-gen"
   tar -xzf "$crate" -C "$TMP/cri-proto" "$CRI_CRATE-$CRI_CRATE_VERSION/proto/v1.proto" || return 1
@@ -539,7 +551,7 @@ case_podman() {
   step "after podman rm: netns $netns gone, $nic still in the host"
   expect_clean "$data"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" -ge 1 ] || die "expected 1 ADD and at least 1 DEL"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" -ge 1 ]; } || die "expected 1 ADD and at least 1 DEL"
   T 60 podman rmi "$IMG_BUSYBOX" >/dev/null || die "podman rmi failed"
 }
 
@@ -626,6 +638,7 @@ ctr_run_cni() {
   local C=$1 id=$2
   shift 2
   [ -d /etc/cni/net.d ] || { echo "/etc/cni/net.d is missing (it comes with podman)" >"$C/err"; return 1; }
+  # shellcheck disable=SC2016 # $1 and $@ are the inner sh's
   T 120 unshare --mount --propagation private sh -c '
       set -e
       mount -t tmpfs rdma-ns-e2e /opt
@@ -666,7 +679,7 @@ case_ctr() {
   step "nothing stranded: no host link with $mac (no stray eth0), peer ${nic}p destroyed with it"
   expect_clean "$data"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ] || die "expected 1 ADD and 1 DEL"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ]; } || die "expected 1 ADD and 1 DEL"
   [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
 }
 
@@ -730,7 +743,7 @@ case_cri() {
   out=$(cri exec "$ctr" ip -o addr show eth0) || die "ExecSync ip addr failed"
   [[ $out == *"inet 10.56.12.2/24 "* ]] || die "eth0 in the pod: expected 10.56.12.2/24: $out"
   step "inside (ExecSync ip in a container of the pod): eth0, mtu $MTU, $mac, inet 10.56.12.2/24"
-  cri stop-ctr "$ctr" && cri remove-ctr "$ctr" || die "StopContainer/RemoveContainer failed"
+  { cri stop-ctr "$ctr" && cri remove-ctr "$ctr"; } || die "StopContainer/RemoveContainer failed"
 
   cri stop-pod "$pod" || die "StopPodSandbox failed: $(tail -5 "$CD/containerd.log")"
   [ "$(links_with_mac "$mac")" = "$nic" ] || die "after StopPodSandbox: host links with $mac: '$(links_with_mac "$mac")' (want $nic)"
@@ -749,7 +762,7 @@ case_cri() {
   local dels empty
   dels=$(count_calls "$log" Del)
   empty=$(grep -c 'debug: Del .*netns=None' "$log" || true)
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ] ||
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ]; } ||
     die "expected 1 ADD and repeated DELs (some with an empty netns); got $dels DELs, $empty with empty netns"
   step "$dels DELs, $empty of them with an empty CNI_NETNS (repeated, no prevResult): all succeeded"
 }
@@ -830,7 +843,7 @@ case_containerfile() {
   step "image stage built as $img (FROM the local busybox-static image, the musl binary)"
   T 60 podman run --rm --network none -v "$host:/host/opt/cni/bin" "$img" >"$TMP/installer.out" 2>&1 ||
     die "the installer image's ENTRYPOINT failed: $(cat "$TMP/installer.out")"
-  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "ENTRYPOINT did not place rdma-ns"
+  { cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ]; } || die "ENTRYPOINT did not place rdma-ns"
   [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
   step "ENTRYPOINT (install.sh) placed rdma-ns in the host dir: $(tail -1 "$TMP/installer.out")"
   rm -f "$host/rdma-ns"
@@ -838,7 +851,7 @@ case_containerfile() {
   T 60 podman run --rm --network none --cap-drop ALL --cap-add CHOWN,DAC_OVERRIDE,FOWNER \
     -v "$host:/host/opt/cni/bin" --entrypoint /bin/sh "$img" -c "$script" >"$TMP/init.out" 2>&1 ||
     die "the DaemonSet init command failed in the image: $(cat "$TMP/init.out")"
-  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "the init command did not place rdma-ns"
+  { cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ]; } || die "the init command did not place rdma-ns"
   [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
   step "the DaemonSet's init command, run in the image with its capabilities, placed rdma-ns: $(tail -1 "$TMP/init.out")"
   T 60 podman rmi "$img" >/dev/null || die "podman rmi $img failed"
