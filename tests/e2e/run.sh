@@ -186,9 +186,9 @@ cleanup() {
   while read -r link; do
     [ -n "$link" ] && ip link del "$link" 2>/dev/null
   done <"$TMP/links"
-  # libcni's result cache of this run's network (left when a DEL never came); for the CRI also its
-  # loopback entries, named after the sandbox ids this run recorded.
-  rm -f /var/lib/cni/results/"$NET"-* 2>/dev/null
+  # libcni's result cache of this run's networks (left when a DEL never came); for the CRI also
+  # its loopback entries, named after the sandbox ids this run recorded.
+  rm -f /var/lib/cni/results/"$NET"[-.]* 2>/dev/null
   if [ -s "$TMP/cri-pods-all" ]; then
     while read -r pod; do
       [ -n "$pod" ] && rm -f /var/lib/cni/results/cni-loopback-"$pod"-lo
@@ -332,22 +332,31 @@ plugin_calls() {
 count_calls() { grep -c "debug: $2 container=" "$1" || true; }
 # Attachment records under a dataDir (lock files excluded: they are kept by design).
 records() { find "$1" -path "$1/locks" -prune -o -type f -path "$1/*/*" -print 2>/dev/null; }
-cni_cache() {
+# libcni's result cache entries (NETWORK-CONTAINERID-IFNAME) of the network NETWORK, or without
+# an argument of every network of this run: $NET (move mode) and the macvlan cases' $NET.*, so
+# that a case checks only its own networks and a failed case does not fail the next one.
+cni_cache() { # [NETWORK]
   local f
-  for f in /var/lib/cni/results/"$NET"-*; do
-    [ ! -e "$f" ] || basename "$f"
-  done
+  if [ "$#" -gt 0 ]; then
+    for f in /var/lib/cni/results/"$1"-*; do [ ! -e "$f" ] || basename "$f"; done
+  else
+    for f in /var/lib/cni/results/"$NET"[-.]*; do [ ! -e "$f" ] || basename "$f"; done
+  fi
 }
 
 # Checks shared by the cases after the last DEL.
-expect_clean() { # DATADIR
-  local left
-  left=$(records "$1")
-  [ -z "$left" ] || die "attachment records left in $1: $left"
+expect_clean() { # DATADIR [NETWORK...] (default $NET)
+  local data=$1 left net
+  shift
+  [ "$#" -gt 0 ] || set -- "$NET"
+  left=$(records "$data")
+  [ -z "$left" ] || die "attachment records left in $data: $left"
   step "no attachment record left in the plugin's dataDir"
-  left=$(cni_cache)
-  [ -z "$left" ] || die "libcni result cache left in /var/lib/cni/results: $left"
-  step "no libcni cache entry left for $NET"
+  for net in "$@"; do
+    left=$(cni_cache "$net")
+    [ -z "$left" ] || die "libcni result cache left in /var/lib/cni/results: $left"
+  done
+  step "no libcni cache entry left for $*"
 }
 
 # ---------------------------------------------------------------- images
@@ -562,9 +571,12 @@ case_podman() {
 # kernel's MAC.
 case_podman_macvlan() {
   local P=$TMP/podman M=$TMP/podman-mv parent=re2${TAG}pv pmac pidx view out id
-  local a=rdma-ns-e2e-$TAG-mva b=rdma-ns-e2e-$TAG-mvb net_a=$NET-mv net_b=$NET-mvm small=4000
+  local a=rdma-ns-e2e-$TAG-mva b=rdma-ns-e2e-$TAG-mvb net_a=$NET.mv net_b=$NET.mvm small=4000
   local mac_a=02:e2:00:00:${TAG:0:2}:${TAG:2:2} mac_b netns_a netns_b
   local data=$M/state log=$M/rdma-ns.log
+  # A failure leaves no container behind for the next case (the image stays in use otherwise).
+  # shellcheck disable=SC2064 # the names are fixed now
+  trap "[ \$? = 0 ] || T 60 podman rm -f -t 0 '$a' '$b' >/dev/null 2>&1" EXIT
   setup_podman
   mkdir -p "$M"
   make_parent "$parent" 10.56.15.1/24 || die "cannot create the parent veth $parent"
@@ -622,7 +634,7 @@ PY
   { [ ! -e "$netns_a" ] && [ ! -e "$netns_b" ]; } || die "a pod netns is left: $netns_a $netns_b"
   step "podman stop, podman rm: both netns gone"
   macvlan_gone "$parent" "$view" "$mac_a" "$mac_b"
-  expect_clean "$data"
+  expect_clean "$data" "$net_a" "$net_b"
   [ -z "$(leases "$data-host-local")" ] || die "host-local leases left: $(leases "$data-host-local")"
   step "host-local released both addresses"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
@@ -687,7 +699,7 @@ case_ctr() {
 # the task; DEL then arrives with an empty CNI_NETNS, and the kernel destroys the child with its
 # netns. Checks: DEL succeeds, no record and no lease left, the parent as before.
 case_ctr_macvlan() {
-  local C=$TMP/ctr-mv parent=re2${TAG}cv pmac view out cmac id=rdma-ns-e2e-$TAG-mv net=$NET-mvc
+  local C=$TMP/ctr-mv parent=re2${TAG}cv pmac view out cmac id=rdma-ns-e2e-$TAG-mv net=$NET.mvc
   local data=$TMP/ctr-mv/state log=$TMP/ctr-mv/rdma-ns.log
   mkdir -p "$C"/{bin,net.d,runc,fifo,state}
   cp "$PLUGIN" "$C/bin/rdma-ns"
@@ -709,7 +721,7 @@ case_ctr_macvlan() {
   step "container exited; ctr ran CNI DEL with an empty CNI_NETNS (stderr clean)"
   { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
   macvlan_gone "$parent" "$view" "$cmac"
-  expect_clean "$data"
+  expect_clean "$data" "$net"
   [ -z "$(leases "$data-host-local")" ] || die "host-local lease left: $(leases "$data-host-local")"
   step "host-local released the address"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
