@@ -3,7 +3,8 @@
 # beyond the package registries). A veth's host end stands in for the RDMA NIC.
 #
 #   tests/e2e/run.sh            every case
-#   tests/e2e/run.sh CASE...    only these: podman ctr cri musl install-sh daemonset containerfile
+#   tests/e2e/run.sh CASE...    only these: podman podman-macvlan ctr ctr-macvlan cri musl
+#                               install-sh daemonset containerfile
 #   E2E_KEEP=1 tests/e2e/run.sh keep the temp dir (logs, configs) for a look afterwards
 #
 # It installs what it needs by package name (apt: podman, containerd, runc, busybox-static,
@@ -26,7 +27,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-ALL_CASES=(podman ctr cri musl install-sh daemonset containerfile)
+ALL_CASES=(podman podman-macvlan ctr ctr-macvlan cri musl install-sh daemonset containerfile)
 CASES=("$@")
 [ "${#CASES[@]}" -gt 0 ] || CASES=("${ALL_CASES[@]}")
 for c in "${CASES[@]}"; do
@@ -109,7 +110,7 @@ run_pids() {
   [ ! -s "$TMP/cri-ids" ] || RUN_IDS=$(sort -u "$TMP/cri-ids" | tr '\n' ' ')
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
-    [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ] || continue
+    { [ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ]; } || continue
     root=$(readlink "$d/root" 2>/dev/null)
     if [[ $root == "$TMP/"* ]] || { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -qF "$TMP/"; then
       echo "$pid"
@@ -162,12 +163,12 @@ cleanup() {
   # Containers the runtimes could not remove (daemon or shim gone): runc state lives under the
   # temp dir (CRI runtime Root, ctr --runc-root), so runc itself can still kill and delete them.
   local state root id
-  for state in $(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null); do
+  while IFS= read -r -u 3 state; do
     root=$(dirname "$(dirname "$state")")
     id=$(basename "$(dirname "$state")")
     T 20 runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1
     T 20 runc --root "$root" delete --force "$id" >/dev/null 2>&1
-  done
+  done 3< <(find "$TMP" -name state.json -path '*/runc/*' 2>/dev/null)
   # Left-over processes of this run, ended by PID: shims and conmon (the temp dir is in their
   # command line) and container processes (their root is a rootfs under the temp dir).
   local pids=() pid
@@ -178,16 +179,16 @@ cleanup() {
   fi
   # Network namespaces this run saw (pod netns left by a failure), then the veth pairs.
   while read -r ns; do
-    [ -n "$ns" ] && [ -e "$ns" ] || continue
+    { [ -n "$ns" ] && [ -e "$ns" ]; } || continue
     umount "$ns" 2>/dev/null
     rm -f "$ns"
   done <"$TMP/netns"
   while read -r link; do
     [ -n "$link" ] && ip link del "$link" 2>/dev/null
   done <"$TMP/links"
-  # libcni's result cache of this run's network (left when a DEL never came); for the CRI also its
-  # loopback entries, named after the sandbox ids this run recorded.
-  rm -f /var/lib/cni/results/"$NET"-* 2>/dev/null
+  # libcni's result cache of this run's networks (left when a DEL never came); for the CRI also
+  # its loopback entries, named after the sandbox ids this run recorded.
+  rm -f /var/lib/cni/results/"$NET"[-.]* 2>/dev/null
   if [ -s "$TMP/cri-pods-all" ]; then
     while read -r pod; do
       [ -n "$pod" ] && rm -f /var/lib/cni/results/cni-loopback-"$pod"-lo
@@ -241,6 +242,71 @@ PY
 }
 MTU=$("$PY" -c 'import json;print(json.load(open("conf/move.conflist"))["plugins"][0]["mtu"])')
 
+# macvlan_conflist NAME MASTER SUBNET DATADIR LOGFILE [MTU]: conf/macvlan.conflist (its mode,
+# macvlanMode and "capabilities": {"mac": true} kept) with the network name, the master,
+# host-local's subnet and a private host-local dataDir (DATADIR-host-local), a private dataDir,
+# a debug log file, and `mtu` when given.
+macvlan_conflist() {
+  "$PY" - "$REPO/conf/macvlan.conflist" "$@" <<'PY'
+import json, sys
+src, name, master, subnet, data, log = sys.argv[1:7]
+nl = json.load(open(src))
+nl["name"] = name
+p = nl["plugins"][0]
+assert p["mode"] == "macvlan" and p["capabilities"] == {"mac": True}, p
+p["master"], p["dataDir"], p["logFile"], p["logLevel"] = master, data, log, "debug"
+p["ipam"]["ranges"] = [[{"subnet": subnet}]]
+p["ipam"]["dataDir"] = data + "-host-local"
+if len(sys.argv) > 7:
+    p["mtu"] = int(sys.argv[7])
+print(json.dumps(nl, indent=2))
+PY
+}
+# host-local's leases under its dataDir (its last_reserved_ip.N and lock files excluded).
+leases() { find "$1" -type f ! -name 'last_reserved_ip*' ! -name lock 2>/dev/null; }
+
+# A macvlan parent standing in for a RoCE netdev: up, MTU 9000, a host address, no IPv6 (no
+# link-local address appearing under the checks).
+make_parent() {
+  make_nic "$1" &&
+    sysctl -qw "net.ipv6.conf.$1.disable_ipv6=1" &&
+    ip link set "$1" mtu 9000 up &&
+    ip addr add "$2" dev "$1"
+}
+# What pods must not change on the parent: the link (ifindex, flags, MTU, MAC, promiscuity: a
+# macvlan child that is up makes a veth parent promiscuous until it is gone) and its addresses.
+parent_view() { ip -d -o link show dev "$1" && ip -o addr show dev "$1" | awk '{print $3, $4}'; }
+parent_is() { [ "$(parent_view "$1")" = "$2" ]; }
+# Links carrying MAC in any network namespace of the host (the named ones and those of every
+# process), as "NETNS IFNAME" lines.
+links_with_mac_anywhere() {
+  local mac=$1 seen=" " f ino
+  for f in /run/netns/* /proc/[0-9]*/ns/net; do
+    ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
+    [[ $seen == *" $ino "* ]] && continue
+    seen+="$ino "
+    nsenter --net="$f" ip -o link show 2>/dev/null |
+      awk -v mac="$mac" -v ns="$f" '$0 ~ "link/ether " mac {sub(":$","",$2); sub("@.*","",$2); print ns, $2}'
+  done
+}
+# macvlan_gone PARENT VIEW MAC...: after the last DEL, no child with these MACs in any netns, no
+# macvlan on PARENT in the host, and PARENT as it was (waits: a child in a deleted netns dies
+# with it asynchronously).
+macvlan_gone() {
+  local parent=$1 view=$2 mac left
+  shift 2
+  wait_for 10 "$parent to be as before the pods (no child left on it)" parent_is "$parent" "$view" ||
+    die "$parent changed: before '$view', now '$(parent_view "$parent")'"
+  step "$parent untouched in the host: same ifindex, flags, mtu 9000, MAC, promiscuity 0, address"
+  for mac in "$@"; do
+    left=$(links_with_mac_anywhere "$mac")
+    [ -z "$left" ] || die "a link with $mac is left: $left"
+  done
+  left=$(ip -o link show type macvlan | grep -F "@$parent:" || true)
+  [ -z "$left" ] || die "macvlan on $parent left in the host: $left"
+  step "no child left in any netns (no link with $* anywhere, no macvlan on $parent in the host)"
+}
+
 # plugin_calls LOG: one line per rdma-ns invocation in the log ("CMD netns=... ok|error: ...");
 # fails if any invocation logged an error. Lines carry the pid, so parallel calls are told apart.
 plugin_calls() {
@@ -266,17 +332,31 @@ plugin_calls() {
 count_calls() { grep -c "debug: $2 container=" "$1" || true; }
 # Attachment records under a dataDir (lock files excluded: they are kept by design).
 records() { find "$1" -path "$1/locks" -prune -o -type f -path "$1/*/*" -print 2>/dev/null; }
-cni_cache() { ls /var/lib/cni/results 2>/dev/null | grep -F -- "$NET-" || true; }
+# libcni's result cache entries (NETWORK-CONTAINERID-IFNAME) of the network NETWORK, or without
+# an argument of every network of this run: $NET (move mode) and the macvlan cases' $NET.*, so
+# that a case checks only its own networks and a failed case does not fail the next one.
+cni_cache() { # [NETWORK]
+  local f
+  if [ "$#" -gt 0 ]; then
+    for f in /var/lib/cni/results/"$1"-*; do [ ! -e "$f" ] || basename "$f"; done
+  else
+    for f in /var/lib/cni/results/"$NET"[-.]*; do [ ! -e "$f" ] || basename "$f"; done
+  fi
+}
 
 # Checks shared by the cases after the last DEL.
-expect_clean() { # DATADIR
-  local left
-  left=$(records "$1")
-  [ -z "$left" ] || die "attachment records left in $1: $left"
+expect_clean() { # DATADIR [NETWORK...] (default $NET)
+  local data=$1 left net
+  shift
+  [ "$#" -gt 0 ] || set -- "$NET"
+  left=$(records "$data")
+  [ -z "$left" ] || die "attachment records left in $data: $left"
   step "no attachment record left in the plugin's dataDir"
-  left=$(cni_cache)
-  [ -z "$left" ] || die "libcni result cache left in /var/lib/cni/results: $left"
-  step "no libcni cache entry left for $NET"
+  for net in "$@"; do
+    left=$(cni_cache "$net")
+    [ -z "$left" ] || die "libcni result cache left in /var/lib/cni/results: $left"
+  done
+  step "no libcni cache entry left for $*"
 }
 
 # ---------------------------------------------------------------- images
@@ -289,7 +369,7 @@ TIME_IMAGES=$(($(date +%s) - section_start))
 
 # ---------------------------------------------------------------- containerd (ctr and cri)
 need_containerd=0
-for c in "${CASES[@]}"; do [[ $c == ctr || $c == cri ]] && need_containerd=1; done
+for c in "${CASES[@]}"; do [[ $c == ctr* || $c == cri ]] && need_containerd=1; done
 CD=$TMP/containerd
 CRI_NIC=re2${TAG}cr
 CRI_DATA=$TMP/cri/state
@@ -368,7 +448,14 @@ prepare_cri_client() {
   # CRI packages ship generated code only. `cargo fetch` of a throwaway manifest puts the crate
   # into cargo's cache; only its proto file is used.
   local cargo_home=${CARGO_HOME:-$HOME/.cargo} crate proto
-  crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" 2>/dev/null | head -1)
+  cached_crate() { # the crate file in cargo's registry cache, if there
+    local f
+    for f in "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate"; do
+      [ -e "$f" ] && { echo "$f"; return 0; }
+    done
+    return 1
+  }
+  crate=$(cached_crate) || true
   if [ -z "$crate" ]; then
     mkdir -p "$TMP/cri-fetch/src"
     : >"$TMP/cri-fetch/src/lib.rs"
@@ -383,7 +470,7 @@ $CRI_CRATE = "=$CRI_CRATE_VERSION"
 [workspace]
 EOF
     T 600 cargo fetch -q --manifest-path "$TMP/cri-fetch/Cargo.toml" --target "$(rustc -vV | awk '/^host:/{print $2}')" || return 1
-    crate=$(ls "$cargo_home"/registry/cache/*/"$CRI_CRATE-$CRI_CRATE_VERSION.crate" | head -1)
+    crate=$(cached_crate) || return 1
   fi
   mkdir -p "$TMP/cri-proto" "$TMP/cri-gen"
   tar -xzf "$crate" -C "$TMP/cri-proto" "$CRI_CRATE-$CRI_CRATE_VERSION/proto/v1.proto" || return 1
@@ -473,8 +560,107 @@ case_podman() {
   step "after podman rm: netns $netns gone, $nic still in the host"
   expect_clean "$data"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" -ge 1 ] || die "expected 1 ADD and at least 1 DEL"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" -ge 1 ]; } || die "expected 1 ADD and at least 1 DEL"
   T 60 podman rmi "$IMG_BUSYBOX" >/dev/null || die "podman rmi failed"
+}
+
+# macvlan mode (conf/macvlan.conflist): children of a veth end standing in for the RoCE netdev,
+# which stays in the host. Two containers at once on one parent: A on a network without `mtu`
+# (the child gets the parent's), with --mac-address (podman passes it as MAC in CNI_ARGS) and
+# interface_name net1; B on a network with a smaller `mtu`, the default name eth0 and the
+# kernel's MAC.
+case_podman_macvlan() {
+  local P=$TMP/podman M=$TMP/podman-mv parent=re2${TAG}pv pmac pidx view out id
+  local a=rdma-ns-e2e-$TAG-mva b=rdma-ns-e2e-$TAG-mvb net_a=$NET.mv net_b=$NET.mvm small=4000
+  local mac_a=02:e2:00:00:${TAG:0:2}:${TAG:2:2} mac_b netns_a netns_b
+  local data=$M/state log=$M/rdma-ns.log
+  # A failure leaves no container behind for the next case (the image stays in use otherwise).
+  # shellcheck disable=SC2064 # the names are fixed now
+  trap "[ \$? = 0 ] || T 60 podman rm -f -t 0 '$a' '$b' >/dev/null 2>&1" EXIT
+  setup_podman
+  mkdir -p "$M"
+  make_parent "$parent" 10.56.15.1/24 || die "cannot create the parent veth $parent"
+  pmac=$(mac_of "$parent")
+  pidx=$(cat "/sys/class/net/$parent/ifindex")
+  view=$(parent_view "$parent")
+  macvlan_conflist "$net_a" "$parent" 10.56.13.0/24 "$data" "$log" >"$P/net.d/$net_a.conflist"
+  macvlan_conflist "$net_b" "$parent" 10.56.14.0/24 "$data" "$log" "$small" >"$P/net.d/$net_b.conflist"
+  step "parent $parent ($pmac, ifindex $pidx, mtu 9000, 10.56.15.1/24); networks from conf/macvlan.conflist (host-local): $net_a, $net_b (mtu $small)"
+  podman_image || die "podman import failed"
+  out=$(T 30 podman network ls --format '{{.Name}} {{.Driver}}')
+  [[ $out == *"$net_a rdma-ns"* && $out == *"$net_b rdma-ns"* ]] || die "podman does not list $net_a and $net_b with driver rdma-ns: $out"
+
+  T 120 podman run -d --name "$a" --network "$net_a:interface_name=net1" --mac-address "$mac_a" "$IMG_BUSYBOX" \
+    sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run $a failed (log: $(cat "$log" 2>/dev/null))"
+  T 120 podman run -d --name "$b" --network "$net_b" "$IMG_BUSYBOX" \
+    sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run $b failed (log: $(cat "$log" 2>/dev/null))"
+  netns_a=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$a")
+  netns_b=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$b")
+  printf '%s\n%s\n' "$netns_a" "$netns_b" >>"$TMP/netns"
+  step "containers $a and $b running, netns $netns_a and $netns_b"
+
+  # The MAC reached the plugin through CNI_ARGS: libcni caches the args it passed.
+  id=$(T 30 podman inspect --format '{{.Id}}' "$a")
+  "$PY" - "/var/lib/cni/results/$net_a-$id-net1" "$mac_a" <<'PY' || die "podman did not pass MAC=$mac_a in CNI_ARGS (libcni cache above)"
+import json, sys
+c = json.load(open(sys.argv[1]))
+print("      libcni cache: cniArgs %s, capabilityArgs %s" % (c.get("cniArgs"), c.get("capabilityArgs")))
+sys.exit(0 if ["MAC", sys.argv[2]] in c.get("cniArgs", []) else 1)
+PY
+  out=$(T 30 podman exec "$a" ip -o link show net1) || die "podman exec $a ip link failed"
+  [[ $out == *" mtu 9000 "* ]] || die "net1 in $a: expected the parent's mtu 9000: $out"
+  [[ $out == *"link/ether $mac_a "* ]] || die "net1 in $a: expected --mac-address $mac_a: $out"
+  out=$(T 30 podman exec "$a" ip -o addr show net1) || die "podman exec $a ip addr failed"
+  [[ $out == *"inet 10.56.13.2/24 "* ]] || die "net1 in $a: expected 10.56.13.2/24: $out"
+  out=$(ip -n "$(basename "$netns_a")" -d -o link show net1) || die "no net1 in $netns_a"
+  [[ $out == *"net1@if$pidx:"* && $out == *"link-netnsid 0"* && $out == *"macvlan mode bridge"* ]] ||
+    die "net1 in $a is not a bridge-mode macvlan of $parent (ifindex $pidx): $out"
+  step "inside $a (podman exec ip): net1, mtu 9000 (the parent's), $mac_a (MAC in CNI_ARGS), inet 10.56.13.2/24; a bridge-mode macvlan of $parent"
+  out=$(T 30 podman exec "$b" ip -o link show eth0) || die "podman exec $b ip link failed"
+  [[ $out == *" mtu $small "* ]] || die "eth0 in $b: expected mtu $small: $out"
+  mac_b=$(sed -n 's/.*link\/ether \([0-9a-f:]*\) .*/\1/p' <<<"$out")
+  { [ -n "$mac_b" ] && [ "$mac_b" != "$pmac" ] && [ "$mac_b" != "$mac_a" ]; } || die "eth0 in $b: unexpected MAC: $out"
+  out=$(T 30 podman exec "$b" ip -o addr show eth0) || die "podman exec $b ip addr failed"
+  [[ $out == *"inet 10.56.14.2/24 "* ]] || die "eth0 in $b: expected 10.56.14.2/24: $out"
+  step "inside $b: eth0, mtu $small (the conf's), $mac_b (the kernel's), inet 10.56.14.2/24"
+  [ -z "$(links_with_mac "$mac_a")$(links_with_mac "$mac_b")" ] || die "a child is visible in the host"
+  [ "$(records "$data" | wc -l)" = 2 ] || die "expected 2 attachment records while both run: $(records "$data")"
+  [ "$(leases "$data-host-local" | wc -l)" = 2 ] || die "expected 2 host-local leases: $(leases "$data-host-local")"
+  [ "$(links_with_mac "$pmac")" = "$parent" ] || die "$parent is not in the host under its name"
+  step "children only in the pods; parent in the host; 2 attachment records, 2 host-local leases"
+
+  T 60 podman stop -t 10 "$a" "$b" >/dev/null || die "podman stop failed"
+  T 60 podman rm "$a" "$b" >/dev/null || die "podman rm failed"
+  { [ ! -e "$netns_a" ] && [ ! -e "$netns_b" ]; } || die "a pod netns is left: $netns_a $netns_b"
+  step "podman stop, podman rm: both netns gone"
+  macvlan_gone "$parent" "$view" "$mac_a" "$mac_b"
+  expect_clean "$data" "$net_a" "$net_b"
+  [ -z "$(leases "$data-host-local")" ] || die "host-local leases left: $(leases "$data-host-local")"
+  step "host-local released both addresses"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  { [ "$(count_calls "$log" Add)" = 2 ] && [ "$(count_calls "$log" Del)" -ge 2 ]; } || die "expected 2 ADDs and at least 2 DELs"
+}
+
+# ctr_run_cni DIR ID CMD...: `ctr run --rm --cni` of the busybox image as container ID running
+# CMD, with DIR/bin as the CNI bin dir and DIR/net.d as the conf dir; stdout to DIR/out, stderr
+# to DIR/err. `ctr run --cni` reads /etc/cni/net.d and execs from /opt/cni/bin (Debian adds
+# /usr/lib/cni), with no flag to change them: ctr runs in a private mount namespace where those
+# two paths are this run's dirs, so the host's CNI config is neither read nor touched.
+ctr_run_cni() {
+  local C=$1 id=$2
+  shift 2
+  [ -d /etc/cni/net.d ] || { echo "/etc/cni/net.d is missing (it comes with podman)" >"$C/err"; return 1; }
+  # shellcheck disable=SC2016 # $1 and $@ are the inner sh's
+  T 120 unshare --mount --propagation private sh -c '
+      set -e
+      mount -t tmpfs rdma-ns-e2e /opt
+      mkdir -p /opt/cni/bin
+      mount --bind "$1/bin" /opt/cni/bin
+      mount --bind "$1/net.d" /etc/cni/net.d
+      shift
+      exec "$@"' sh "$C" \
+    ctr -a "$CD/containerd.sock" -n "$CTR_NS" run --rm --cni --snapshotter native \
+    --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" "$@" >"$C/out" 2>"$C/err"
 }
 
 case_ctr() {
@@ -485,21 +671,7 @@ case_ctr() {
   mac=$(mac_of "$nic")
   conflist "$NET" "$nic" 10.56.11.2/24 "$data" "$log" >"$C/net.d/$NET.conflist"
   step "ctr run --cni, containerd $(containerd --version | awk '{print $3}'), device $nic ($mac)"
-  # `ctr run --cni` reads /etc/cni/net.d and execs from /opt/cni/bin (Debian adds /usr/lib/cni),
-  # with no flag to change them: ctr runs in a private mount namespace where those two paths are
-  # this run's dirs, so the host's CNI config is neither read nor touched.
-  [ -d /etc/cni/net.d ] || die "/etc/cni/net.d is missing (it comes with podman)"
-  T 120 unshare --mount --propagation private sh -c '
-      set -e
-      mount -t tmpfs rdma-ns-e2e /opt
-      mkdir -p /opt/cni/bin
-      mount --bind "$1/bin" /opt/cni/bin
-      mount --bind "$1/net.d" /etc/cni/net.d
-      shift
-      exec "$@"' sh "$C" \
-    ctr -a "$CD/containerd.sock" -n "$CTR_NS" run --rm --cni --snapshotter native \
-    --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" \
-    sh -c 'ip -o link show eth0; ip -o addr show eth0' >"$C/out" 2>"$C/err" ||
+  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
     die "ctr run failed: $(cat "$C/err")"
   out=$(cat "$C/out")
   [[ $out == *"eth0"*" mtu $MTU "* ]] || die "eth0 in the container: expected mtu $MTU: $out"
@@ -513,13 +685,47 @@ case_ctr() {
   say "          the host (as eth0, renamed back by DEL); a veth is destroyed with the netns, so here"
   say "          the checks are: DEL succeeds, no record is left, no link with $mac is stranded."
   grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
-  grep 'warn:' "$log" | sed 's/^[^ ]* /      plugin: /'
+  { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
   wait_for 10 "the veth pair to be destroyed with the netns" sh -c "! ip link show ${nic}p" || die "peer ${nic}p still exists"
   [ -z "$(links_with_mac "$mac")" ] || die "a host link still carries $mac: $(links_with_mac "$mac")"
   step "nothing stranded: no host link with $mac (no stray eth0), peer ${nic}p destroyed with it"
   expect_clean "$data"
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ] || die "expected 1 ADD and 1 DEL"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ]; } || die "expected 1 ADD and 1 DEL"
+  [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
+}
+
+# macvlan mode with `ctr run --cni`: the child is created in the task's netns, which dies with
+# the task; DEL then arrives with an empty CNI_NETNS, and the kernel destroys the child with its
+# netns. Checks: DEL succeeds, no record and no lease left, the parent as before.
+case_ctr_macvlan() {
+  local C=$TMP/ctr-mv parent=re2${TAG}cv pmac view out cmac id=rdma-ns-e2e-$TAG-mv net=$NET.mvc
+  local data=$TMP/ctr-mv/state log=$TMP/ctr-mv/rdma-ns.log
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  cp "$PLUGIN" "$C/bin/rdma-ns"
+  make_parent "$parent" 10.56.17.1/24 || die "cannot create the parent veth $parent"
+  pmac=$(mac_of "$parent")
+  view=$(parent_view "$parent")
+  macvlan_conflist "$net" "$parent" 10.56.16.0/24 "$data" "$log" >"$C/net.d/$net.conflist"
+  step "ctr run --cni; parent $parent ($pmac, mtu 9000); network $net from conf/macvlan.conflist (host-local)"
+  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
+    die "ctr run failed: $(cat "$C/err")"
+  out=$(cat "$C/out")
+  [[ $out == *"eth0"*" mtu 9000 "* ]] || die "eth0 in the container: expected the parent's mtu 9000: $out"
+  [[ $out == *"inet 10.56.16.2/24 "* ]] || die "eth0 in the container: expected 10.56.16.2/24: $out"
+  cmac=$(sed -n 's/.*link\/ether \([0-9a-f:]*\) .*/\1/p' <<<"$out" | head -1)
+  { [ -n "$cmac" ] && [ "$cmac" != "$pmac" ]; } || die "eth0 in the container: unexpected MAC: $out"
+  step "inside (ip in the container): eth0, mtu 9000 (the parent's), $cmac, inet 10.56.16.2/24"
+  grep -v '^\s*$' "$C/err" | grep -qiE 'error|fail' && die "ctr reported: $(cat "$C/err")"
+  grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
+  step "container exited; ctr ran CNI DEL with an empty CNI_NETNS (stderr clean)"
+  { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
+  macvlan_gone "$parent" "$view" "$cmac"
+  expect_clean "$data" "$net"
+  [ -z "$(leases "$data-host-local")" ] || die "host-local lease left: $(leases "$data-host-local")"
+  step "host-local released the address"
+  plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$(count_calls "$log" Del)" = 1 ]; } || die "expected 1 ADD and 1 DEL"
   [ -z "$(ctr_ -n "$CTR_NS" containers ls -q)" ] || die "ctr container left"
 }
 
@@ -549,7 +755,7 @@ case_cri() {
   out=$(cri exec "$ctr" ip -o addr show eth0) || die "ExecSync ip addr failed"
   [[ $out == *"inet 10.56.12.2/24 "* ]] || die "eth0 in the pod: expected 10.56.12.2/24: $out"
   step "inside (ExecSync ip in a container of the pod): eth0, mtu $MTU, $mac, inet 10.56.12.2/24"
-  cri stop-ctr "$ctr" && cri remove-ctr "$ctr" || die "StopContainer/RemoveContainer failed"
+  { cri stop-ctr "$ctr" && cri remove-ctr "$ctr"; } || die "StopContainer/RemoveContainer failed"
 
   cri stop-pod "$pod" || die "StopPodSandbox failed: $(tail -5 "$CD/containerd.log")"
   [ "$(links_with_mac "$mac")" = "$nic" ] || die "after StopPodSandbox: host links with $mac: '$(links_with_mac "$mac")' (want $nic)"
@@ -568,7 +774,7 @@ case_cri() {
   local dels empty
   dels=$(count_calls "$log" Del)
   empty=$(grep -c 'debug: Del .*netns=None' "$log" || true)
-  [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ] ||
+  { [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ]; } ||
     die "expected 1 ADD and repeated DELs (some with an empty netns); got $dels DELs, $empty with empty netns"
   step "$dels DELs, $empty of them with an empty CNI_NETNS (repeated, no prevResult): all succeeded"
 }
@@ -649,7 +855,7 @@ case_containerfile() {
   step "image stage built as $img (FROM the local busybox-static image, the musl binary)"
   T 60 podman run --rm --network none -v "$host:/host/opt/cni/bin" "$img" >"$TMP/installer.out" 2>&1 ||
     die "the installer image's ENTRYPOINT failed: $(cat "$TMP/installer.out")"
-  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "ENTRYPOINT did not place rdma-ns"
+  { cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ]; } || die "ENTRYPOINT did not place rdma-ns"
   [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
   step "ENTRYPOINT (install.sh) placed rdma-ns in the host dir: $(tail -1 "$TMP/installer.out")"
   rm -f "$host/rdma-ns"
@@ -657,7 +863,7 @@ case_containerfile() {
   T 60 podman run --rm --network none --cap-drop ALL --cap-add CHOWN,DAC_OVERRIDE,FOWNER \
     -v "$host:/host/opt/cni/bin" --entrypoint /bin/sh "$img" -c "$script" >"$TMP/init.out" 2>&1 ||
     die "the DaemonSet init command failed in the image: $(cat "$TMP/init.out")"
-  cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ] || die "the init command did not place rdma-ns"
+  { cmp -s "$MUSL_BIN" "$host/rdma-ns" && [ "$(stat -c %a "$host/rdma-ns")" = 755 ]; } || die "the init command did not place rdma-ns"
   [ -z "$(find "$host" -name '.*')" ] || die "temp files left: $(ls -A "$host")"
   step "the DaemonSet's init command, run in the image with its capabilities, placed rdma-ns: $(tail -1 "$TMP/init.out")"
   T 60 podman rmi "$img" >/dev/null || die "podman rmi $img failed"
@@ -678,7 +884,9 @@ run_case() {
     FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
     case $name in
       podman) tail -20 "$TMP/podman/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      podman-macvlan) tail -20 "$TMP/podman-mv/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
       ctr) tail -20 "$TMP/ctr/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
+      ctr-macvlan) tail -20 "$TMP/ctr-mv/rdma-ns.log" 2>/dev/null | sed 's/^/      log: /' ;;
       cri) tail -20 "$CRI_LOG" 2>/dev/null | sed 's/^/      log: /'
            grep -E 'level=(error|warning)' "$CD/containerd.log" 2>/dev/null | tail -10 | sed 's/^/      containerd: /' ;;
     esac
@@ -696,13 +904,14 @@ fi
 for c in "${CASES[@]}"; do
   case $c in
     podman) run_case podman case_podman ;;
+    podman-macvlan) run_case podman-macvlan case_podman_macvlan ;;
     musl) run_case musl case_musl ;;
     install-sh) run_case install-sh case_install_sh ;;
     daemonset) run_case daemonset case_daemonset ;;
     containerfile) run_case containerfile case_containerfile ;;
-    ctr | cri)
+    ctr | ctr-macvlan | cri)
       if [ "$containerd_ok" = 1 ]; then
-        run_case "$c" "case_$c"
+        run_case "$c" "case_${c//-/_}"
       else
         FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $c (containerd did not start)")
       fi ;;
