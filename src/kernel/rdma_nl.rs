@@ -15,10 +15,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use netlink_packet_core::{
     DefaultNla, Emitable, NetlinkBuffer, NetlinkHeader, NlasIterator, NLA_TYPE_MASK, NLMSG_DONE,
-    NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_sys::{Socket, SocketAddr};
+
+use crate::kernel::netlink::{parse_done, parse_error};
 use nix::libc;
 
 use super::rdma::Guid;
@@ -52,8 +53,6 @@ pub const RDMA_NLDEV_ATTR_DEV_PROTOCOL: u16 = 67;
 /// u32: an fd of the sender naming the target netns.
 pub const RDMA_NLDEV_NET_NS_FD: u16 = 68;
 
-/// NLMSGERR_ATTR_MSG (linux/netlink.h): the extended-ack text.
-const NLMSGERR_ATTR_MSG: u16 = 1;
 const NLMSG_HDRLEN: usize = 16;
 /// NLDEV dumps restarted when the kernel flags them inconsistent (NLM_F_DUMP_INTR).
 const DUMP_ATTEMPTS: usize = 3;
@@ -173,22 +172,9 @@ pub mod request {
     }
 }
 
-/// A refusal or an undecodable reply, before it is given its context.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// Positive errno; 0 when the reply could not be decoded.
-    pub errno: i32,
-    pub ext_ack: Option<String>,
-}
-
-impl Failure {
-    fn decode(msg: impl Into<String>) -> Failure {
-        Failure {
-            errno: 0,
-            ext_ack: Some(msg.into()),
-        }
-    }
-}
+/// A refusal or an undecodable reply, before it is given its context: the same NLMSG_ERROR /
+/// NLMSG_DONE decoding as rtnetlink's (src/kernel/netlink/socket.rs).
+pub type Failure = crate::kernel::netlink::NlError;
 
 /// One decoded message of a reply datagram.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,7 +202,7 @@ pub fn parse_datagram(buf: &[u8], seq: u32) -> Result<Vec<ReplyMsg>, Failure> {
     while offset < buf.len() {
         let msg = NetlinkBuffer::new_checked(&buf[offset..])
             .map_err(|e| Failure::decode(format!("bad netlink reply: {e}")))?;
-        offset += align4(msg.length() as usize).max(NLMSG_HDRLEN);
+        offset += crate::kernel::netlink::align4(msg.length() as usize).max(NLMSG_HDRLEN);
         if msg.sequence_number() != seq {
             out.push(ReplyMsg::Skip);
             continue;
@@ -247,71 +233,9 @@ pub fn parse_datagram(buf: &[u8], seq: u32) -> Result<Vec<ReplyMsg>, Failure> {
     Ok(out)
 }
 
-/// NLMSG_ERROR payload (struct nlmsgerr, linux/netlink.h): i32 error, the request's nlmsghdr
-/// and, unless NLM_F_CAPPED, the rest of the request; then with NLM_F_ACK_TLVS the
-/// NLMSGERR_ATTR_* attributes. `Ok(None)` is an ACK.
-fn parse_error(payload: &[u8], flags: u16) -> Result<Option<Failure>, Failure> {
-    if payload.len() < 4 {
-        return Err(Failure::decode("NLMSG_ERROR shorter than its error code"));
-    }
-    let code = i32::from_ne_bytes(payload[..4].try_into().expect("4 bytes"));
-    if code == 0 {
-        return Ok(None);
-    }
-    let mut tlv_start = 4 + NLMSG_HDRLEN;
-    if flags & NLM_F_CAPPED == 0 && payload.len() >= 4 + NLMSG_HDRLEN {
-        let echoed = u32::from_ne_bytes(payload[4..8].try_into().expect("4 bytes")) as usize;
-        tlv_start = 4 + align4(echoed.max(NLMSG_HDRLEN));
-    }
-    let ext_ack = if flags & NLM_F_ACK_TLVS != 0 && payload.len() > tlv_start {
-        ext_ack_text(&payload[tlv_start..])
-    } else {
-        None
-    };
-    Ok(Some(Failure {
-        errno: code.saturating_neg(),
-        ext_ack,
-    }))
-}
-
-/// NLMSG_DONE payload: i32 status (negative errno when the dump failed), then the
-/// extended-ack attributes directly. An empty DONE is a clean end.
-fn parse_done(payload: &[u8], flags: u16) -> Option<Failure> {
-    if payload.len() < 4 {
-        return None;
-    }
-    let code = i32::from_ne_bytes(payload[..4].try_into().expect("4 bytes"));
-    if code == 0 {
-        return None;
-    }
-    let ext_ack = if flags & NLM_F_ACK_TLVS != 0 {
-        ext_ack_text(&payload[4..])
-    } else {
-        None
-    };
-    Some(Failure {
-        errno: code.saturating_neg(),
-        ext_ack,
-    })
-}
-
-fn ext_ack_text(tlvs: &[u8]) -> Option<String> {
-    for nla in NlasIterator::new(tlvs) {
-        let Ok(nla) = nla else { break };
-        if nla.kind() & NLA_TYPE_MASK == NLMSGERR_ATTR_MSG {
-            return Some(c_string(nla.value()));
-        }
-    }
-    None
-}
-
 fn c_string(value: &[u8]) -> String {
     let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
     String::from_utf8_lossy(&value[..end]).into_owned()
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
 }
 
 /// The attributes of one NLDEV message, by type (flags masked off).

@@ -20,7 +20,9 @@ use ipnetwork::IpNetwork;
 use nix::libc;
 
 use self::request::{CreateLink, SetLink};
-pub use self::socket::{NlError, NlSocket, Reply};
+pub use self::socket::{
+    align4, parse_done, parse_error, NlError, NlSocket, Reply, NLMSGERR_ATTR_MSG,
+};
 use super::{KResult, KernelError, Link, LinkChange, NetOps, Netns, NewLink, Ns, RouteSpec};
 
 const RTM_NEWLINK: u16 = 16;

@@ -17,7 +17,7 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use nix::libc;
 
 /// NLMSGERR_ATTR_MSG (linux/netlink.h): the extended-ack text.
-const NLMSGERR_ATTR_MSG: u16 = 1;
+pub const NLMSGERR_ATTR_MSG: u16 = 1;
 /// NLMSGERR_ATTR_MISS_TYPE: the attribute the kernel wanted but did not get (5.19+).
 const NLMSGERR_ATTR_MISS_TYPE: u16 = 5;
 
@@ -247,7 +247,8 @@ fn retry_eintr<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     }
 }
 
-fn align4(n: usize) -> usize {
+/// Netlink pads messages and attributes to 4 bytes (NLMSG_ALIGN / NLA_ALIGN).
+pub fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 

@@ -1,6 +1,8 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::kernel::netlink::NLMSGERR_ATTR_MSG;
+use netlink_packet_core::{NLM_F_ACK_TLVS, NLM_F_CAPPED};
 
 /// Hex with optional spaces → bytes.
 fn hex(text: &str) -> Vec<u8> {
