@@ -455,7 +455,33 @@ fn add_steps<'a>(
 /// DEL: delete the child wherever it is (in the pod; or, for IPoIB, back in the host: the kernel
 /// refunds IPoIB netdevs to the host when their netns dies, renamed `dev<ifindex>` on a clash),
 /// release IPAM, drop the record.
-pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+///
+/// IPAM DEL runs on a second thread beside the rest: it does not depend on the child, and the
+/// kernel's delete of a netdev waits for RCU (rcu_barrier in netdev_run_todo, about 10 ms),
+/// which hides the IPAM plugin's exec. Every error of both is collected, and the record stays
+/// until both succeeded.
+pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+    if req.conf.ipam.is_none() {
+        return del_with_ipam(ctx, req, pc, || ctx.ipam.del(req));
+    }
+    let ipam = ctx.ipam;
+    std::thread::scope(|scope| {
+        let ipam_del = scope.spawn(move || ipam.del(req));
+        del_with_ipam(ctx, req, pc, || {
+            ipam_del
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
+        })
+    })
+}
+
+/// DEL's child and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).
+fn del_with_ipam(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    _pc: &PluginConf,
+    ipam_del: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let mut errors = Vec::new();
     let att = match ctx
         .store
@@ -473,7 +499,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         }
         crate::attach::publish::release_all(ctx, att, &mut errors);
     }
-    if let Err(e) = ctx.ipam.del(req) {
+    if let Err(e) = ipam_del() {
         errors.push(e);
     }
     if errors.is_empty() && att.is_some() {

@@ -352,6 +352,23 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
     assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
 }
 
+#[test]
+fn del_reports_an_ipam_failure_and_keeps_the_record() {
+    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.run(Command::Add, POD, None).unwrap();
+    w.ipam.fail_del = true;
+    let err = w.run(Command::Del, POD, None).unwrap_err();
+    assert_eq!(err.code(), 11, "{err}");
+    assert!(w.children().is_empty(), "the child is deleted all the same");
+    assert!(
+        w.store.load("cn", "c1", "net1").unwrap().is_some(),
+        "kept for the retry"
+    );
+    w.ipam.fail_del = false;
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+}
+
 mod gids {
     use super::*;
     use crate::kernel::rdma::fixtures::SysfsFixture;
