@@ -435,7 +435,9 @@ fn add_steps<'a>(
     } else {
         Some(result.to_value("1.1.0")?)
     };
-    ctx.store.save(att)?;
+    // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
+    // that takes the pod netns and the child with it.
+    ctx.store.update(att)?;
     plan.checkpoint("state")?;
 
     result.interfaces = vec![Interface {
