@@ -311,78 +311,48 @@ fn add_steps<'a>(
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
     let k = ctx.kernel;
-    let pod = Ns::Pod(netns);
 
-    ctx.store.save(att)?;
-    let (net, cid, ifn) = (
-        att.network.clone(),
-        att.container_id.clone(),
-        att.ifname.clone(),
-    );
-    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
-    plan.checkpoint("state-intent")?;
-
-    let ipam = ctx.ipam.add(req)?;
+    // IPAM ADD (an exec of the IPAM plugin, the longest step) runs on a second thread while
+    // this one writes the intent record and creates the child: neither depends on the other.
+    // The intent is still durable before the first kernel change (the child); IPAM may
+    // allocate before it is, which a crash leaves to the runtime's DEL: DEL always runs IPAM
+    // DEL, record or not.
+    let (made, ipam) = if req.conf.ipam.is_none() {
+        // No IPAM plugin to exec.
+        let ipam = ctx.ipam.add(req)?;
+        (
+            intent_and_child(ctx, req, netns, parent, child, att, plan),
+            Ok(ipam),
+        )
+    } else {
+        let ipam_ops = ctx.ipam;
+        std::thread::scope(|scope| {
+            let ipam_add = scope.spawn(move || ipam_ops.add(req));
+            let made = intent_and_child(ctx, req, netns, parent, child, att, plan);
+            let ipam = ipam_add
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM ADD thread panicked".into())));
+            (made, ipam)
+        })
+    };
+    let ipam = match ipam {
+        Ok(r) => r,
+        // Both failing hides neither; IPAM's first, as its code may ask the runtime to retry.
+        Err(e) => {
+            return Err(match made {
+                Ok(_) => e,
+                Err(m) => Error::Multiple(vec![e, m]),
+            })
+        }
+    };
     if ipam.is_some() {
         plan.on_undo("ipam", move || ctx.ipam.del(req));
     }
+    let link = made?;
     plan.checkpoint("ipam")?;
-
-    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
-    let spec = NewLink {
-        name: req.env.ifname.clone(),
-        kind: child.kind,
-        parent_index: parent.index,
-        target_netns: Some(pod),
-        // An IPoIB child's MTU is set after creation: switching a child to connected mode
-        // resets its MTU to the connected-mode maximum (ipoib_set_mode).
-        mtu: if is_ipoib { None } else { child.mtu },
-        hwaddr: child.hwaddr.clone(),
-    };
-    k.create_link(Ns::Host, &spec).map_err(|e| {
-        if e.is_errno(nix::errno::Errno::EEXIST) {
-            return taken(netns, &req.env.ifname, None);
-        }
-        let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
-            format!(
-                " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB netdev of \
-                 an InfiniBand port, with ib_ipoib loaded)",
-                parent.name
-            )
-        } else {
-            String::new()
-        };
-        Error::kernel(
-            format!(
-                "creating {} child {} of {} in the pod netns {}{hint}",
-                child.kind.kind_name(),
-                req.env.ifname,
-                parent.name,
-                netns.path().display()
-            ),
-            e,
-        )
-    })?;
-    let link = k
-        .link_by_name(pod, &req.env.ifname)
-        .map_err(|e| {
-            Error::kernel(
-                format!("looking up the new {} in the pod", req.env.ifname),
-                e,
-            )
-        })?
-        .ok_or_else(|| {
-            Error::DeviceNotFound(format!(
-                "{} was created but is not in the pod netns",
-                req.env.ifname
-            ))
-        })?;
     let index = link.index;
-    plan.on_undo("create", move || {
-        k.delete_link(pod, index)
-            .map_err(|e| Error::kernel("deleting the child interface", e))
-    });
-    plan.checkpoint("create")?;
+    let pod = Ns::Pod(netns);
+    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
 
     let mut link = link;
     if let (true, Some(mtu)) = (is_ipoib, child.mtu) {
@@ -452,6 +422,87 @@ fn add_steps<'a>(
         ip.interface = Some(0);
     }
     Ok(result)
+}
+
+/// Writes the intent record (durably), then creates the child in the pod with its final name:
+/// the part of ADD that runs beside IPAM ADD. Registers the undo of each.
+fn intent_and_child<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    netns: &'a Netns,
+    parent: &Link,
+    child: &ChildPlan,
+    att: &mut Attachment,
+    plan: &mut Plan<'a>,
+) -> Result<Link> {
+    let k = ctx.kernel;
+    let pod = Ns::Pod(netns);
+
+    ctx.store.save(att)?;
+    let (net, cid, ifn) = (
+        att.network.clone(),
+        att.container_id.clone(),
+        att.ifname.clone(),
+    );
+    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
+    plan.checkpoint("state-intent")?;
+
+    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
+    let spec = NewLink {
+        name: req.env.ifname.clone(),
+        kind: child.kind,
+        parent_index: parent.index,
+        target_netns: Some(pod),
+        // An IPoIB child's MTU is set after creation: switching a child to connected mode
+        // resets its MTU to the connected-mode maximum (ipoib_set_mode).
+        mtu: if is_ipoib { None } else { child.mtu },
+        hwaddr: child.hwaddr.clone(),
+    };
+    k.create_link(Ns::Host, &spec).map_err(|e| {
+        if e.is_errno(nix::errno::Errno::EEXIST) {
+            return taken(netns, &req.env.ifname, None);
+        }
+        let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
+            format!(
+                " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB netdev of \
+                 an InfiniBand port, with ib_ipoib loaded)",
+                parent.name
+            )
+        } else {
+            String::new()
+        };
+        Error::kernel(
+            format!(
+                "creating {} child {} of {} in the pod netns {}{hint}",
+                child.kind.kind_name(),
+                req.env.ifname,
+                parent.name,
+                netns.path().display()
+            ),
+            e,
+        )
+    })?;
+    let link = k
+        .link_by_name(pod, &req.env.ifname)
+        .map_err(|e| {
+            Error::kernel(
+                format!("looking up the new {} in the pod", req.env.ifname),
+                e,
+            )
+        })?
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "{} was created but is not in the pod netns",
+                req.env.ifname
+            ))
+        })?;
+    let index = link.index;
+    plan.on_undo("create", move || {
+        k.delete_link(pod, index)
+            .map_err(|e| Error::kernel("deleting the child interface", e))
+    });
+    plan.checkpoint("create")?;
+    Ok(link)
 }
 
 /// DEL: delete the child wherever it is (in the pod; or, for IPoIB, back in the host: the kernel
