@@ -512,8 +512,8 @@ fn intent_and_child<'a>(
 /// IPAM DEL runs on a second thread beside the rest: it does not depend on the child, and the
 /// kernel's delete of a netdev waits for an RCU grace period (rcu_barrier in netdev_run_todo,
 /// 15 to 40 ms on the benchmark VM), which hides most of the IPAM plugin's exec (not all: the
-/// exec's CPU work stretches the grace period a little). Every error of both is collected, and the record stays
-/// until both succeeded.
+/// exec's CPU work stretches the grace period a little). Every error of both is collected, and
+/// the record stays until both succeeded.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     if req.conf.ipam.is_none() {
         return del_with_ipam(ctx, req, pc, || ctx.ipam.del(req));
