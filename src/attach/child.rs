@@ -311,6 +311,131 @@ fn add_steps<'a>(
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
     let k = ctx.kernel;
+
+    // IPAM ADD (an exec of the IPAM plugin, the longest step) runs on a second thread while
+    // this one writes the intent record and creates the child: neither depends on the other.
+    // The intent is still durable before the first kernel change (the child); IPAM may
+    // allocate before it is, which a crash leaves to the runtime's DEL: DEL always runs IPAM
+    // DEL, record or not.
+    let (made, ipam) = if req.conf.ipam.is_none() {
+        // No IPAM plugin to exec.
+        let ipam = ctx.ipam.add(req)?;
+        (
+            intent_and_child(ctx, req, netns, parent, child, att, plan),
+            Ok(ipam),
+        )
+    } else {
+        let ipam_ops = ctx.ipam;
+        std::thread::scope(|scope| {
+            let ipam_add = scope.spawn(move || ipam_ops.add(req));
+            let made = intent_and_child(ctx, req, netns, parent, child, att, plan);
+            let ipam = ipam_add
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM ADD thread panicked".into())));
+            (made, ipam)
+        })
+    };
+    let ipam = match ipam {
+        Ok(r) => r,
+        // Both failing hides neither; IPAM's first, as its code may ask the runtime to retry.
+        Err(e) => {
+            return Err(match made {
+                Ok(_) => e,
+                Err(m) => Error::Multiple(vec![e, m]),
+            })
+        }
+    };
+    if ipam.is_some() {
+        plan.on_undo("ipam", move || ctx.ipam.del(req));
+    }
+    let link = made?;
+    plan.checkpoint("ipam")?;
+    let index = link.index;
+    let pod = Ns::Pod(netns);
+    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
+
+    let mut link = link;
+    if let (true, Some(mtu)) = (is_ipoib, child.mtu) {
+        if link.mtu != mtu {
+            k.set_link(
+                pod,
+                index,
+                &LinkChange {
+                    mtu: Some(mtu),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| Error::kernel(format!("setting MTU {mtu} on {}", req.env.ifname), e))?;
+            link.mtu = mtu;
+        }
+    }
+    if let Some(rec) = att.child.as_mut() {
+        rec.hwaddr = Some(link.hwaddr_string());
+        rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
+        rec.macvlan_mode = link.macvlan_mode();
+    }
+    att.pod_ifindex = Some(index);
+    att.pod_mtu = Some(link.mtu);
+
+    let perm_ibdevs = match crate::attach::devperm::from_conf(&req.conf)? {
+        Some(_) => crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?,
+        None => Vec::new(),
+    };
+    crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
+
+    let mut result = ipam.unwrap_or_default();
+    configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
+
+    if !roce_ports.is_empty() && !result.ips.is_empty() {
+        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+        att.gids = gids::wait_for_gids(ctx.sys, roce_ports, &ips, &req.env.ifname, pc.gid_timeout)?;
+        att.gid_view = Some(gids::GidView::Host);
+        for g in &att.gids {
+            crate::log::info(&format!(
+                "{}: {} has GID index {} ({}) on {} port {}",
+                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
+            ));
+        }
+    }
+    plan.checkpoint("gids")?;
+
+    att.phase = Phase::Ready;
+    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
+        None
+    } else {
+        Some(result.to_value("1.1.0")?)
+    };
+    // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
+    // that takes the pod netns and the child with it.
+    ctx.store.update(att)?;
+    plan.checkpoint("state")?;
+
+    result.interfaces = vec![Interface {
+        name: req.env.ifname.clone(),
+        mac: Some(link.hwaddr_string()),
+        mtu: Some(link.mtu),
+        sandbox: Some(netns.path().display().to_string()),
+        pci_id: att.host.pci.clone(),
+        ..Default::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    Ok(result)
+}
+
+/// Writes the intent record (durably), then creates the child in the pod with its final name:
+/// the part of ADD that runs beside IPAM ADD. Registers the undo of each.
+fn intent_and_child<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    netns: &'a Netns,
+    parent: &Link,
+    child: &ChildPlan,
+    att: &mut Attachment,
+    plan: &mut Plan<'a>,
+) -> Result<Link> {
+    let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
     ctx.store.save(att)?;
@@ -321,12 +446,6 @@ fn add_steps<'a>(
     );
     plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
     plan.checkpoint("state-intent")?;
-
-    let ipam = ctx.ipam.add(req)?;
-    if ipam.is_some() {
-        plan.on_undo("ipam", move || ctx.ipam.del(req));
-    }
-    plan.checkpoint("ipam")?;
 
     let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
     let spec = NewLink {
@@ -383,79 +502,40 @@ fn add_steps<'a>(
             .map_err(|e| Error::kernel("deleting the child interface", e))
     });
     plan.checkpoint("create")?;
-
-    let mut link = link;
-    if let (true, Some(mtu)) = (is_ipoib, child.mtu) {
-        if link.mtu != mtu {
-            k.set_link(
-                pod,
-                index,
-                &LinkChange {
-                    mtu: Some(mtu),
-                    ..Default::default()
-                },
-            )
-            .map_err(|e| Error::kernel(format!("setting MTU {mtu} on {}", req.env.ifname), e))?;
-            link.mtu = mtu;
-        }
-    }
-    if let Some(rec) = att.child.as_mut() {
-        rec.hwaddr = Some(link.hwaddr_string());
-        rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
-        rec.macvlan_mode = link.macvlan_mode();
-    }
-    att.pod_ifindex = Some(index);
-    att.pod_mtu = Some(link.mtu);
-
-    let perm_ibdevs = match crate::attach::devperm::from_conf(&req.conf)? {
-        Some(_) => crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?,
-        None => Vec::new(),
-    };
-    crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
-
-    let mut result = ipam.unwrap_or_default();
-    configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
-
-    if !roce_ports.is_empty() && !result.ips.is_empty() {
-        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-        att.gids = gids::wait_for_gids(ctx.sys, roce_ports, &ips, &req.env.ifname, pc.gid_timeout)?;
-        att.gid_view = Some(gids::GidView::Host);
-        for g in &att.gids {
-            crate::log::info(&format!(
-                "{}: {} has GID index {} ({}) on {} port {}",
-                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
-            ));
-        }
-    }
-    plan.checkpoint("gids")?;
-
-    att.phase = Phase::Ready;
-    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
-        None
-    } else {
-        Some(result.to_value("1.1.0")?)
-    };
-    ctx.store.save(att)?;
-    plan.checkpoint("state")?;
-
-    result.interfaces = vec![Interface {
-        name: req.env.ifname.clone(),
-        mac: Some(link.hwaddr_string()),
-        mtu: Some(link.mtu),
-        sandbox: Some(netns.path().display().to_string()),
-        pci_id: att.host.pci.clone(),
-        ..Default::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    Ok(result)
+    Ok(link)
 }
 
 /// DEL: delete the child wherever it is (in the pod; or, for IPoIB, back in the host: the kernel
 /// refunds IPoIB netdevs to the host when their netns dies, renamed `dev<ifindex>` on a clash),
 /// release IPAM, drop the record.
-pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+///
+/// IPAM DEL runs on a second thread beside the rest: it does not depend on the child, and the
+/// kernel's delete of a netdev waits for an RCU grace period (rcu_barrier in netdev_run_todo,
+/// 15 to 40 ms on the benchmark VM), which hides most of the IPAM plugin's exec (not all: the
+/// exec's CPU work stretches the grace period a little). Every error of both is collected, and
+/// the record stays until both succeeded.
+pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+    if req.conf.ipam.is_none() {
+        return del_with_ipam(ctx, req, pc, || ctx.ipam.del(req));
+    }
+    let ipam = ctx.ipam;
+    std::thread::scope(|scope| {
+        let ipam_del = scope.spawn(move || ipam.del(req));
+        del_with_ipam(ctx, req, pc, || {
+            ipam_del
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
+        })
+    })
+}
+
+/// DEL's child and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).
+fn del_with_ipam(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    _pc: &PluginConf,
+    ipam_del: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let mut errors = Vec::new();
     let att = match ctx
         .store
@@ -473,7 +553,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         }
         crate::attach::publish::release_all(ctx, att, &mut errors);
     }
-    if let Err(e) = ctx.ipam.del(req) {
+    if let Err(e) = ipam_del() {
         errors.push(e);
     }
     if errors.is_empty() && att.is_some() {

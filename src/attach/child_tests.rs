@@ -352,6 +352,70 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
     assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
 }
 
+#[test]
+fn an_ipam_failure_beside_the_create_deletes_the_child_and_the_record() {
+    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.ipam.fail_add = true;
+    let err = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(err.code(), 11, "IPAM's own code reaches the runtime: {err}");
+    assert!(w.children().is_empty(), "child deleted");
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+    assert_eq!(
+        *w.ipam.calls.lock().unwrap(),
+        vec!["add"],
+        "nothing to release"
+    );
+}
+
+#[test]
+fn an_intent_record_that_cannot_be_written_releases_ipam_and_creates_nothing() {
+    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    // The data dir is a file: the intent record cannot be written.
+    std::fs::write(w.store.dir(), b"not a directory").unwrap();
+    let err = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(err.code(), 5, "{err}");
+    assert!(w.children().is_empty());
+    assert!(
+        !w.kernel
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("create_link")),
+        "no kernel change without a durable intent"
+    );
+    assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
+}
+
+#[test]
+fn ipam_and_intent_failing_together_are_both_reported() {
+    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.ipam.fail_add = true;
+    std::fs::write(w.store.dir(), b"not a directory").unwrap();
+    let err = w.run(Command::Add, POD, None).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("pool exhausted") && text.contains("state"),
+        "{text}"
+    );
+    assert!(w.children().is_empty());
+}
+
+#[test]
+fn del_reports_an_ipam_failure_and_keeps_the_record() {
+    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.run(Command::Add, POD, None).unwrap();
+    w.ipam.fail_del = true;
+    let err = w.run(Command::Del, POD, None).unwrap_err();
+    assert_eq!(err.code(), 11, "{err}");
+    assert!(w.children().is_empty(), "the child is deleted all the same");
+    assert!(
+        w.store.load("cn", "c1", "net1").unwrap().is_some(),
+        "kept for the retry"
+    );
+    w.ipam.fail_del = false;
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+}
+
 mod gids {
     use super::*;
     use crate::kernel::rdma::fixtures::SysfsFixture;

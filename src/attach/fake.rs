@@ -317,6 +317,7 @@ impl NetOps for FakeKernel {
 pub struct FakeIpam {
     pub result: Option<CniResult>,
     pub fail_add: bool,
+    pub fail_del: bool,
     pub calls: Mutex<Vec<&'static str>>,
 }
 
@@ -335,6 +336,14 @@ impl IpamOps for FakeIpam {
     }
     fn del(&self, _req: &Request) -> Result<()> {
         self.calls.lock().unwrap().push("del");
+        if self.fail_del {
+            return Err(Error::Delegated {
+                plugin: "fake".into(),
+                code: 11,
+                msg: "store locked".into(),
+                details: String::new(),
+            });
+        }
         Ok(())
     }
     fn check(&self, _req: &Request) -> Result<()> {

@@ -21,6 +21,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RDMA_NS = os.path.join(REPO, "target", "release", "rdma-ns")  # --plugin overrides
 CNI_DIR = "/usr/lib/cni"
 HOST_DEVICE = os.path.join(CNI_DIR, "host-device")
+MACVLAN = os.path.join(CNI_DIR, "macvlan")
 STATIC = os.path.join(CNI_DIR, "static")
 ADDRESS = "10.10.0.2/24"
 POD_MTU = 9000
@@ -52,11 +53,12 @@ class Pod:
     """A fresh pod netns, a fresh veth pair whose `nic` end stands for the NIC (its peer stays in
     the host, up), and a sentinel veth whose one end lives in the pod: it disappears from the host
     only when the kernel's deferred netns cleanup (cleanup_net) has destroyed the pod's devices,
-    which is what `settle` waits for."""
+    which is what `settle` waits for. `nic_up`: the nic is up too (a macvlan master, as a RoCE
+    port in use is)."""
 
     seq = 0
 
-    def __init__(self):
+    def __init__(self, nic_up=False):
         Pod.seq += 1
         n = "%s%x" % (TAG, Pod.seq)
         self.ns, self.nic, self.peer, self.sentinel = n, n + "n", n + "p", n + "s"
@@ -64,6 +66,7 @@ class Pod:
             "netns add " + self.ns,
             "link add %s type veth peer name %s" % (self.nic, self.peer),
             "link set %s up" % self.peer,
+        ] + (["link set %s up" % self.nic] if nic_up else []) + [
             "link add %s type veth peer name %sq netns %s" % (self.sentinel, self.sentinel, self.ns),
         ])
         self.path = "/run/netns/" + self.ns
@@ -144,8 +147,14 @@ def fixture_point_pci_at(netdev):
         os.symlink("../../../devices/pci0000:00/0000:00:02.0/" + PCI, link)
 
 
-def run_plugin_cycle(binary, conf, pod, cid, extra_env=None):
-    """ADD then DEL (with the ADD's result as prevResult, as libcni passes it)."""
+def nic_back(pod):
+    """After a move DEL: the device is back in the host."""
+    return link_exists(pod.nic)
+
+
+def run_plugin_cycle(binary, conf, pod, cid, extra_env=None, gone=nic_back):
+    """ADD then DEL (with the ADD's result as prevResult, as libcni passes it); `gone` checks,
+    untimed, that DEL undid the ADD."""
     env = cni_env("ADD", pod, cid)
     env.update(extra_env or {})
     add_ns, p = timed_exec(binary, env, json.dumps(conf).encode())
@@ -163,9 +172,9 @@ def run_plugin_cycle(binary, conf, pod, cid, extra_env=None):
     if p.returncode != 0:
         ok = False
         failures.append("%s DEL %s: %s %s" % (os.path.basename(binary), cid, p.stdout, p.stderr))
-    elif ok and not link_exists(pod.nic):
+    elif ok and not gone(pod):
         ok = False
-        failures.append("%s DEL %s: %s is not back in the host" % (binary, cid, pod.nic))
+        failures.append("%s DEL %s: %s did not undo the ADD" % (binary, cid, pod.nic))
     return add_ns, del_ns, ok
 
 
@@ -222,10 +231,61 @@ def run_plugin_cycle_ipam(conf, pod, cid):
     return add_ns, del_ns, ok
 
 
-# MACVLAN-MODE: when rdma-ns gains `"mode": "macvlan"` (another engineer's branch), add
-#   "rdma-ns-macvlan": variant_rdma_macvlan,   # conf: mode macvlan, master = pod.nic
-# to VARIANTS below, its host-side comparison (Debian's /usr/lib/cni/macvlan with the same
-# IPAM) next to it, and a floor of `ip link add ... type macvlan` + the same address/up batch.
+# MACVLAN-MODE: shared-mode children. The veth `nic` end stands for the RoCE netdev (up, as a
+# port in use is); each ADD creates a macvlan child `net1` of it in a fresh pod netns, DEL deletes
+# it. There is no RDMA on a veth: rdma-ns's RoCE port lookup in sysfs finds no ib device, so its
+# GID wait is skipped (the lookup itself is a few failing sysfs lookups; see tests/README.md).
+def macvlan_conf(plugin, pod):
+    conf = {"cniVersion": "1.0.0", "name": "bench", "type": plugin, "master": pod.nic,
+            "ipam": ipam_conf()}
+    if plugin == "rdma-ns":
+        conf.update({"mode": "macvlan", "dataDir": DATA_DIR})
+    return conf
+
+
+def child_gone(pod):
+    """After a child DEL: net1 is no longer in the pod (untimed check)."""
+    p = subprocess.run(["ip", "-n", pod.ns, "-o", "link", "show", "dev", "net1"],
+                       capture_output=True, text=True)
+    return p.returncode != 0
+
+
+def variant_rdma_macvlan(pod, i):
+    return run_plugin_cycle(RDMA_NS, macvlan_conf("rdma-ns", pod), pod, "bench%d" % i,
+                            gone=child_gone)
+
+
+def variant_debian_macvlan(pod, i):
+    return run_plugin_cycle(MACVLAN, macvlan_conf("macvlan", pod), pod, "bench%d" % i,
+                            gone=child_gone)
+
+
+def variant_floor_macvlan(pod, i):
+    """iproute2 doing the same kernel operations: ADD creates the child directly in the pod (one
+    request with IFLA_NET_NS_FD, run in the host where the master is), then address and up in
+    the pod; DEL is `ip -n pod link del net1`, the kernel's macvlan delete in a netns."""
+    t0 = time.perf_counter_ns()
+    a = ip_batch(["link add link %s name net1 netns %s type macvlan mode bridge"
+                  % (pod.nic, pod.ns)], check=False)
+    b = ip_batch(["addr add %s dev net1" % ADDRESS, "link set dev net1 up"], netns=pod.ns,
+                 check=False)
+    t1 = time.perf_counter_ns()
+    c = ip_batch(["link del net1"], netns=pod.ns, check=False)
+    t2 = time.perf_counter_ns()
+    ok = a.returncode == 0 and b.returncode == 0 and c.returncode == 0 and child_gone(pod)
+    if not ok:
+        failures.append("macvlan floor %d: %s %s %s" % (i, a.stderr, b.stderr, c.stderr))
+    return t1 - t0, t2 - t1, ok
+
+
+MACVLAN_VARIANTS = {
+    "rdma-ns-mv": variant_rdma_macvlan,
+    "macvlan": variant_debian_macvlan,
+    "floor-mv": variant_floor_macvlan,
+    "ipam-static": variant_ipam,
+}
+
+
 VARIANTS = {
     "rdma-ns": variant_rdma,
     "host-device": variant_host_device,
@@ -287,6 +347,24 @@ def compare(samples, cycles):
         t0 = time.perf_counter_ns()
         ip_batch([])
         samples.add("compare", "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
+
+
+def macvlan(samples, cycles):
+    """The macvlan variants, interleaved in rotating order, each cycle in a fresh pod whose nic
+    is up; settled like compare."""
+    names = list(MACVLAN_VARIANTS)
+    for i in range(cycles):
+        for name in rotate(names, i):
+            pod = Pod(nic_up=True)
+            try:
+                a, d, ok = MACVLAN_VARIANTS[name](pod, i)
+            finally:
+                pod.teardown()
+            settle([pod])
+            samples.add("macvlan", name, 0, "master", i, a, d, ok)
+        t0 = time.perf_counter_ns()
+        ip_batch([])
+        samples.add("macvlan", "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
 
 
 class ExtraLinks:
@@ -493,7 +571,7 @@ def main():
     ap.add_argument("--cycles", type=int, default=200)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
-    ap.add_argument("--only", default="compare,scale,concurrency,start,rss")
+    ap.add_argument("--only", default="compare,macvlan,scale,concurrency,start,rss")
     ap.add_argument("--plugin", default=RDMA_NS, help="the rdma-ns binary to measure")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -526,6 +604,10 @@ def main():
         if "compare" in only:
             compare(samples, cycles)
             report_compare(samples, out)
+        if "macvlan" in only:
+            macvlan(samples, cycles)
+            report_macvlan(samples, out)
+        write_summary(samples, os.path.join(outdir, "summary.csv"))
         if "scale" in only:
             scale(samples, scale_cycles, levels)
             report_scale(samples, levels, out)
@@ -589,6 +671,69 @@ def report_compare(s, out):
         "against a one-process-per-phase floor (minus one ip start, %.2f ms): %.2f ms "
         "[target <= 3: %s]" % (ms(rd), ms(floor["cycle"]), ms(ipam), ms(over), ms(ip_start),
                                 ms(strict), verdict(ms(strict) <= 3)))
+
+
+def report_macvlan(s, out):
+    floor = {f: statistics.median(s.get("macvlan", "floor-mv", f)) for f in ("add", "del", "cycle")}
+    out("")
+    out("macvlan mode: a child net1 of the veth nic (up) in a fresh pod netns, static IPAM %s"
+        % ADDRESS)
+    out("%-12s %15s %15s %15s   %-20s" % ("variant", "ADD med/p95", "DEL med/p95",
+                                          "cycle med/p95", "x floor-mv (ADD/DEL/cyc)"))
+    for v in MACVLAN_VARIANTS:
+        cols, ratios = [], []
+        for f in ("add", "del", "cycle"):
+            xs = s.get("macvlan", v, f)
+            cols.append("%6.2f/%6.2f" % (ms(statistics.median(xs)), ms(pct(xs, 0.95))))
+            ratios.append("%.2f" % (statistics.median(xs) / floor[f]))
+        out("%-12s %15s %15s %15s   %s" % (v, cols[0], cols[1], cols[2], "/".join(ratios)))
+    out("(ms; rdma-ns-mv = rdma-ns mode macvlan, macvlan = Debian's /usr/lib/cni/macvlan; "
+        "floor-mv = iproute2: ADD `ip link add ... netns pod type macvlan` in the host, then "
+        "address and up in the pod; DEL one `ip -n pod link del net1`)")
+    med = {(v, f): statistics.median(s.get("macvlan", v, f))
+           for v in ("rdma-ns-mv", "macvlan", "ipam-static") for f in ("add", "del", "cycle")}
+    ra = med["rdma-ns-mv", "add"] / med["macvlan", "add"]
+    rd = med["rdma-ns-mv", "del"] / med["macvlan", "del"]
+    rc = med["rdma-ns-mv", "cycle"] / med["macvlan", "cycle"]
+    out("rdma-ns macvlan / Debian macvlan: ADD %.3f [target <= 0.7: %s], DEL %.3f "
+        "[target <= 0.9: %s], cycle %.3f" % (ra, verdict(ra <= 0.7), rd, verdict(rd <= 0.9), rc))
+    ip_start = statistics.median(s.get("macvlan", "ip-start", "add"))
+    out("kernel floor of DEL (`ip -n pod link del net1` minus one ip start, %.2f ms): %.2f ms; "
+        "rdma-ns DEL - that floor - static IPAM DEL = %.2f ms" % (
+            ms(ip_start), ms(floor["del"] - ip_start),
+            ms(med["rdma-ns-mv", "del"] - (floor["del"] - ip_start) - med["ipam-static", "del"])))
+    over = med["rdma-ns-mv", "cycle"] - floor["cycle"] - med["ipam-static", "cycle"]
+    out("plugin overhead per cycle = rdma-ns-mv - floor-mv - static IPAM = %.2f ms; against a "
+        "one-process-per-phase floor: %.2f ms" % (ms(over), ms(over + ip_start)))
+
+
+def write_summary(s, path):
+    """Medians and p95 of every compared variant (ms), and rdma-ns's ratios to the Debian
+    plugin of its class."""
+    ref = {("compare", "rdma-ns"): "host-device", ("macvlan", "rdma-ns-mv"): "macvlan"}
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["section", "variant", "n", "add_med_ms", "add_p95_ms", "del_med_ms",
+                    "del_p95_ms", "cycle_med_ms", "cycle_p95_ms", "vs", "add_ratio",
+                    "del_ratio", "cycle_ratio"])
+        seen = []
+        for r in s.rows:
+            if r[0] in ("compare", "macvlan") and (r[0], r[1]) not in seen:
+                seen.append((r[0], r[1]))
+        for sec, v in seen:
+            row = [sec, v, len(s.get(sec, v, "add"))]
+            for fld in ("add", "del", "cycle"):
+                xs = s.get(sec, v, fld)
+                row += ["%.3f" % ms(statistics.median(xs)), "%.3f" % ms(pct(xs, 0.95))]
+            other = ref.get((sec, v))
+            if other and s.get(sec, other, "add"):
+                row.append(other)
+                row += ["%.3f" % (statistics.median(s.get(sec, v, fld)) /
+                                  statistics.median(s.get(sec, other, fld)))
+                        for fld in ("add", "del", "cycle")]
+            else:
+                row += ["", "", "", ""]
+            w.writerow(row)
 
 
 def report_scale(s, levels, out):

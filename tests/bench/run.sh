@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmark of move mode against Debian's host-device and an iproute2 floor (see tests/README.md).
-#   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,scale,concurrency,start,rss]
+# Benchmark of move mode against Debian's host-device, macvlan mode against Debian's macvlan, each
+# with an iproute2 floor (see tests/README.md).
+#   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,macvlan,scale,concurrency,start,rss]
 # As root on the machine's own kernel. Prints a table; raw samples go to results/bench-*/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device and static IPAM.
+# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM.
 need=()
 for pkg in time containernetworking-plugins iproute2 python3; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
