@@ -16,7 +16,7 @@ use crate::attach::plan::Plan;
 use crate::attach::select::{select_host_device, Selector};
 use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord, Phase};
 use crate::attach::{open_netns, Ctx};
-use crate::cni::result::{CniResult, Interface};
+use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
 use crate::kernel::{
@@ -383,7 +383,7 @@ fn add_steps<'a>(
     };
     crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
 
-    let mut result = ipam.unwrap_or_default();
+    let result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
 
     if !roce_ports.is_empty() && !result.ips.is_empty() {
@@ -399,29 +399,9 @@ fn add_steps<'a>(
     }
     plan.checkpoint("gids")?;
 
-    att.phase = Phase::Ready;
-    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
-        None
-    } else {
-        Some(result.to_value("1.1.0")?)
-    };
     // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
     // that takes the pod netns and the child with it.
-    ctx.store.update(att)?;
-    plan.checkpoint("state")?;
-
-    result.interfaces = vec![Interface {
-        name: req.env.ifname.clone(),
-        mac: Some(link.hwaddr_string()),
-        mtu: Some(link.mtu),
-        sandbox: Some(netns.path().display().to_string()),
-        pci_id: att.host.pci.clone(),
-        ..Default::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    Ok(result)
+    crate::attach::ipconf::finish_add(ctx, req, netns, att, &link, result, plan)
 }
 
 /// Writes the intent record (durably), then creates the child in the pod with its final name:

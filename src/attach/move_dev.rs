@@ -19,7 +19,7 @@ use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
 use crate::attach::select::select_host_device;
 use crate::attach::state::{Attachment, HostDevice, Phase};
 use crate::attach::{open_netns, Ctx};
-use crate::cni::result::{CniResult, Interface, IpConfig};
+use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::Request;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
@@ -281,7 +281,7 @@ fn add_steps<'a>(
 
     publish::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
 
-    let mut result = ipam.unwrap_or_default();
+    let result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
 
     if let (Some(view), false) = (att.gid_view, result.ips.is_empty()) {
@@ -319,27 +319,7 @@ fn add_steps<'a>(
 
     publish::write_device_info(ctx, req, att, plan)?;
 
-    att.phase = Phase::Ready;
-    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
-        None
-    } else {
-        Some(result.to_value("1.1.0")?)
-    };
-    ctx.store.update(att)?;
-    plan.checkpoint("state")?;
-
-    result.interfaces = vec![Interface {
-        name: req.env.ifname.clone(),
-        mac: Some(pod_link.hwaddr_string()),
-        mtu: Some(pod_link.mtu),
-        sandbox: Some(netns.path().display().to_string()),
-        pci_id: att.host.pci.clone(),
-        ..Default::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    Ok(result)
+    crate::attach::ipconf::finish_add(ctx, req, netns, att, &pod_link, result, plan)
 }
 
 /// Brings an ib device back to the host: moved from inside the pod netns when it is there, or
