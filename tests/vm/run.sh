@@ -7,7 +7,7 @@
 #   CASE...       run only these cases, in manifest order
 #   --list        print the case names and exit
 #   --no-install  do not check or install packages
-# env: RDMA_NS_VM_TIMEOUT  seconds for the whole VM run (default 480)
+# env: RDMA_NS_VM_TIMEOUT  seconds for the whole VM run (default 540: the tier takes 3-5 min on an idle 2-core machine; this only stops a hang)
 #      RDMA_NS_VM_KERNEL   kernel image to boot (default: newest /boot/vmlinuz-*-amd64)
 #      RDMA_NS_VM_MEMORY   guest memory (default 2G)
 # Prints a summary table and, as its last line, "N passed, N failed". Exits non-zero on any
@@ -21,7 +21,7 @@ manifest=$here/cases
 # `file`: vng runs it to check that busybox is static (absent from a minimal Debian 12)
 APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils iproute2 busybox-static file)
 VNG_PIP=virtme-ng==1.42
-VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-480}
+VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-540}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
 
 die() { echo "run.sh: $*" >&2; exit 2; }
