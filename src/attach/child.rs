@@ -495,18 +495,7 @@ fn intent_and_child<'a>(
 /// exec's CPU work stretches the grace period a little). Every error of both is collected, and
 /// the record stays until both succeeded.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    if req.conf.ipam.is_none() {
-        return del_with_ipam(ctx, req, pc, || ctx.ipam.del(req));
-    }
-    let ipam = ctx.ipam;
-    std::thread::scope(|scope| {
-        let ipam_del = scope.spawn(move || ipam.del(req));
-        del_with_ipam(ctx, req, pc, || {
-            ipam_del
-                .join()
-                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
-        })
-    })
+    crate::attach::del_beside_ipam(ctx, req, |ipam_del| del_with_ipam(ctx, req, pc, ipam_del))
 }
 
 /// DEL's child and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).

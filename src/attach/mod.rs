@@ -95,6 +95,32 @@ pub struct Ctx<'a> {
     pub fail_after: Option<String>,
 }
 
+/// IPAM DEL's outcome, run or waited for.
+pub type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
+
+/// Runs `rest` (a mode's DEL) with IPAM DEL running beside it on a second thread when the conf
+/// has IPAM: the two are independent, and the kernel work of DEL (a netns move, a netdev delete)
+/// waits in the kernel long enough to hide most of the IPAM plugin's exec. `rest` gets IPAM DEL's
+/// outcome to collect with its own errors.
+pub fn del_beside_ipam<'s>(
+    ctx: &'s Ctx<'s>,
+    req: &'s Request,
+    rest: impl FnOnce(IpamDel<'_>) -> Result<()>,
+) -> Result<()> {
+    if req.conf.ipam.is_none() {
+        return rest(Box::new(|| ctx.ipam.del(req)));
+    }
+    let ipam = ctx.ipam;
+    std::thread::scope(|scope| {
+        let ipam_del = scope.spawn(move || ipam.del(req));
+        rest(Box::new(move || {
+            ipam_del
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
+        }))
+    })
+}
+
 /// Opens CNI_NETNS, checking it is a network namespace.
 pub fn open_netns(path: Option<&Path>) -> Result<Netns> {
     let path = path.ok_or_else(|| Error::InvalidEnv {

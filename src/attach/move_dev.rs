@@ -399,18 +399,7 @@ fn undo_move(
 /// about 20 ms waiting in the kernel, which hides the IPAM plugin's exec (3 to 4 ms for Debian's
 /// static). host-device too releases the address while the device is still in the pod.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    if req.conf.ipam.is_none() {
-        return del_with_ipam(ctx, req, pc, || ctx.ipam.del(req));
-    }
-    let ipam = ctx.ipam;
-    std::thread::scope(|scope| {
-        let ipam_del = scope.spawn(move || ipam.del(req));
-        del_with_ipam(ctx, req, pc, || {
-            ipam_del
-                .join()
-                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
-        })
-    })
+    crate::attach::del_beside_ipam(ctx, req, |ipam_del| del_with_ipam(ctx, req, pc, ipam_del))
 }
 
 /// DEL's device and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).
