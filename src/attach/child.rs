@@ -481,6 +481,14 @@ fn intent_and_child<'a>(
         k.delete_link(pod, index)
             .map_err(|e| Error::kernel("deleting the child interface", e))
     });
+    // What identifies the child (its address and ifindex) goes into the record at once, so a
+    // plugin killed before the final record still leaves DEL able to find it (an IPoIB child
+    // outlives its netns: the kernel refunds it to the host).
+    att.pod_ifindex = Some(index);
+    if let Some(rec) = att.child.as_mut() {
+        rec.hwaddr = Some(link.hwaddr_string());
+    }
+    ctx.store.update(att)?;
     plan.checkpoint("create")?;
     Ok(link)
 }

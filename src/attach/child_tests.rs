@@ -500,3 +500,24 @@ mod gids {
             .is_empty());
     }
 }
+
+#[test]
+fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
+    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    w.run(Command::Add, POD, None).unwrap();
+    // Keep what was on disk right after the create step: the intent line and the line the
+    // create step appended (the final record is dropped, as a kill before it would).
+    let path = w.store.dir().join("cn/c1:net1.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "intent, after create, final: {text}");
+    std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[1])).unwrap();
+    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+    assert_eq!(att.phase, crate::attach::state::Phase::Adding);
+    assert!(
+        att.child.as_ref().unwrap().hwaddr.is_some(),
+        "the child's address is recorded"
+    );
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(w.children().is_empty(), "DEL found and deleted the child");
+}
