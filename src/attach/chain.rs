@@ -262,19 +262,7 @@ pub fn release(ctx: &Ctx<'_>, netns: &std::path::Path, att: &Attachment) -> Resu
 
 /// CHECK: the ib device is in the pod netns and its port is ACTIVE.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let att = ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!("no attachment record for {}", req.env.ifname))
-        })?;
-    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
-    let ns = Netns::open(path).map_err(|e| {
-        Error::UnknownContainer(format!(
-            "pod netns {} cannot be opened: {e}",
-            path.display()
-        ))
-    })?;
+    let (att, ns) = crate::attach::check_subject(ctx, req)?;
     match &att.rdma {
         Some(rec) => crate::attach::move_dev::check_ib_device(ctx.rdma, &ns, rec),
         None => Err(Error::State(format!(

@@ -604,33 +604,8 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
 /// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read back
 /// through IFLA_INFO_DATA), and has prevResult's addresses; then IPAM CHECK.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let att = ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!(
-                "no attachment record for container {} interface {} on network {}",
-                req.env.container_id, req.env.ifname, req.conf.name
-            ))
-        })?;
-    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
-    let ns = Netns::open(path).map_err(|e| {
-        Error::UnknownContainer(format!(
-            "pod netns {} cannot be opened: {e}",
-            path.display()
-        ))
-    })?;
-    let link = ctx
-        .kernel
-        .link_by_name(Ns::Pod(&ns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!(
-                "{} is missing from the pod netns {}",
-                req.env.ifname,
-                path.display()
-            ))
-        })?;
+    let (att, ns) = crate::attach::check_subject(ctx, req)?;
+    let link = crate::attach::check_pod_link(ctx, req, &ns)?;
     let rec = att
         .child
         .as_ref()

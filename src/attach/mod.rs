@@ -121,6 +121,44 @@ pub fn del_beside_ipam<'s>(
     })
 }
 
+/// CHECK's common start: the attachment's record (108 when there is none) and its pod netns
+/// (3 when it cannot be opened: the container is gone).
+pub fn check_subject(ctx: &Ctx<'_>, req: &Request) -> Result<(state::Attachment, Netns)> {
+    let att = ctx
+        .store
+        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "no attachment record for container {} interface {} on network {}: ADD never \
+                 completed here",
+                req.env.container_id, req.env.ifname, req.conf.name
+            ))
+        })?;
+    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
+    let ns = Netns::open(path).map_err(|e| {
+        Error::UnknownContainer(format!(
+            "pod netns {} cannot be opened: {e}",
+            path.display()
+        ))
+    })?;
+    Ok((att, ns))
+}
+
+/// CHECK: the pod interface CNI_IFNAME, looked up through netlink inside the pod netns (never the
+/// host's /sys, which shows host devices of the same name); 108 when it is missing.
+pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<crate::kernel::Link> {
+    ctx.kernel
+        .link_by_name(crate::kernel::Ns::Pod(ns), &req.env.ifname)
+        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "{} is missing from the pod netns {}",
+                req.env.ifname,
+                ns.path().display()
+            ))
+        })
+}
+
 /// Opens CNI_NETNS, checking it is a network namespace.
 pub fn open_netns(path: Option<&Path>) -> Result<Netns> {
     let path = path.ok_or_else(|| Error::InvalidEnv {

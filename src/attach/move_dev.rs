@@ -714,34 +714,8 @@ fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> 
 /// CHECK: the interface is in the pod with the recorded identity, MTU and prevResult's
 /// addresses; then IPAM CHECK.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let att = ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!(
-                "no attachment record for container {} interface {} on network {}: ADD never \
-                 completed here",
-                req.env.container_id, req.env.ifname, req.conf.name
-            ))
-        })?;
-    let path = req.env.netns.as_deref().expect("CHECK requires CNI_NETNS");
-    let ns = Netns::open(path).map_err(|e| {
-        Error::UnknownContainer(format!(
-            "pod netns {} cannot be opened: {e}",
-            path.display()
-        ))
-    })?;
-    let link = ctx
-        .kernel
-        .link_by_name(Ns::Pod(&ns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!(
-                "{} is missing from the pod netns {}",
-                req.env.ifname,
-                path.display()
-            ))
-        })?;
+    let (att, ns) = crate::attach::check_subject(ctx, req)?;
+    let link = crate::attach::check_pod_link(ctx, req, &ns)?;
     if !same_device(&link, &att.host) {
         return Err(Error::CheckFailed(format!(
             "{} in the pod has hwaddr {}, expected {} (host device {})",
