@@ -15,9 +15,9 @@
 //! about several, and the SR-IOV network device plugin joins them with `,`, which is done here
 //! too.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -231,7 +231,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
                 e,
             )
         })?;
-    write_atomic(dir, path, &json)
+    crate::attach::state::write_atomic(path, &json, 0o444)
         .map_err(|e| Error::io(format!("writing device-info file {}", path.display()), e))
 }
 
@@ -246,35 +246,6 @@ pub fn remove(path: &Path) -> Result<()> {
             e,
         )),
     }
-}
-
-fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        // A temp file left by a killed run with a recycled pid is ours to replace.
-        match fs::remove_file(&tmp) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

@@ -219,7 +219,7 @@ impl Store {
     pub fn save(&self, att: &Attachment) -> Result<()> {
         let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
         self.ensure_dir(Some(&att.network))?;
-        write_atomic(&path, &record_line(att)?)
+        write_atomic(&path, &record_line(att)?, 0o600)
             .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
     }
 
@@ -312,7 +312,7 @@ impl Store {
     pub fn probe_writable(&self) -> Result<()> {
         self.ensure_dir(None)?;
         let probe = self.dir.join(format!(".probe-{}", std::process::id()));
-        write_atomic(&probe, b"ok")
+        write_atomic(&probe, b"ok", 0o600)
             .and_then(|_| fs::remove_file(&probe))
             .map_err(|e| {
                 Error::io(
@@ -409,22 +409,26 @@ fn record_line(att: &Attachment) -> Result<Vec<u8>> {
     Ok(line)
 }
 
-/// temp file in the same dir, fsync, rename over the target, fsync the directory.
-fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
+/// Writes `path` atomically: a temp file in the same dir (never through a symlink), fsync,
+/// rename over the target, fsync the directory. A crash leaves the old file or the new one.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
+        // A temp file left by a killed run with a recycled pid is ours to replace.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
             .write(true)
-            .mode(0o600)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
