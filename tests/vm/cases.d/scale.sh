@@ -50,7 +50,8 @@ c1=$(move_conf device "$by_name" 10.30.0.2/24)
 c2=$(move_conf hwaddr "$mac" 10.30.1.2/24)
 cni ADD s1 net1 "$c1" >"$work/add1.json" || fail "ADD by name among $N links: $(cat "$work/add1.json")"
 cni ADD s2 net2 "$c2" >"$work/add2.json" || fail "ADD by hwaddr among $N links: $(cat "$work/add2.json")"
-ip -n vmpod -o addr show dev net1 | grep -q 10.30.0.2/24 || fail "net1 lacks its address in the pod"
+# No `| grep -q` under pipefail: grep exiting at the first match can SIGPIPE ip and fail the pipe.
+[[ $(ip -n vmpod -o addr show dev net1) == *" 10.30.0.2/24 "* ]] || fail "net1 lacks its address in the pod"
 [[ $(cat "/sys/class/net/$by_mac/address" 2>/dev/null) == "" ]] || fail "$by_mac is still in the host"
 [[ $(ip -n vmpod -o link show dev net2 | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2) == "$mac" ]] ||
     fail "the device selected by hwaddr is not the one in the pod"
