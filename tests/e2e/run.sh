@@ -532,7 +532,8 @@ case_podman() {
   step "podman $(podman --version | awk '{print $3}'), network_backend=cni, runtime runc, conflist from conf/move.conflist (device $nic, $mac)"
 
   podman_image || die "podman import failed"
-  T 30 podman network ls --format '{{.Name}} {{.Driver}}' | grep -qx "$NET rdma-ns" ||
+  # grep -x without -q: under pipefail, grep -q quitting at the first match can SIGPIPE podman.
+  T 30 podman network ls --format '{{.Name}} {{.Driver}}' | grep -x "$NET rdma-ns" >/dev/null ||
     die "podman does not list network $NET with driver rdma-ns: $(podman network ls 2>&1)"
   step "podman lists $NET (driver rdma-ns)"
   T 120 podman run -d --name "$name" --network "$NET" "$IMG_BUSYBOX" \
@@ -786,7 +787,7 @@ MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
 # musl target cannot be had here (not x86_64, or rustup cannot download it).
 case_musl() {
   [ "$(uname -m)" = x86_64 ] || { step "host is $(uname -m), not x86_64: skipped"; exit 77; }
-  if ! rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+  if ! rustup target list --installed 2>/dev/null | grep -x "$MUSL_TARGET" >/dev/null; then
     T 300 rustup target add "$MUSL_TARGET" >/dev/null 2>&1 ||
       { step "rustup target add $MUSL_TARGET failed (no download here?): skipped"; exit 77; }
   fi
