@@ -312,44 +312,11 @@ fn add_steps<'a>(
 ) -> Result<CniResult> {
     let k = ctx.kernel;
 
-    // IPAM ADD (an exec of the IPAM plugin, the longest step) runs on a second thread while
-    // this one writes the intent record and creates the child: neither depends on the other.
-    // The intent is still durable before the first kernel change (the child); IPAM may
-    // allocate before it is, which a crash leaves to the runtime's DEL: DEL always runs IPAM
-    // DEL, record or not.
-    let (made, ipam) = if req.conf.ipam.is_none() {
-        // No IPAM plugin to exec.
-        let ipam = ctx.ipam.add(req)?;
-        (
-            intent_and_child(ctx, req, netns, parent, child, att, plan),
-            Ok(ipam),
-        )
-    } else {
-        let ipam_ops = ctx.ipam;
-        std::thread::scope(|scope| {
-            let ipam_add = scope.spawn(move || ipam_ops.add(req));
-            let made = intent_and_child(ctx, req, netns, parent, child, att, plan);
-            let ipam = ipam_add
-                .join()
-                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM ADD thread panicked".into())));
-            (made, ipam)
-        })
-    };
-    let ipam = match ipam {
-        Ok(r) => r,
-        // Both failing hides neither; IPAM's first, as its code may ask the runtime to retry.
-        Err(e) => {
-            return Err(match made {
-                Ok(_) => e,
-                Err(m) => Error::Multiple(vec![e, m]),
-            })
-        }
-    };
-    if ipam.is_some() {
-        plan.on_undo("ipam", move || ctx.ipam.del(req));
-    }
-    let link = made?;
-    plan.checkpoint("ipam")?;
+    // IPAM ADD (an exec of the IPAM plugin, the longest step) runs beside the intent record and
+    // the child's creation.
+    let (link, ipam) = crate::attach::add_beside_ipam(ctx, req, plan, |plan| {
+        intent_and_child(ctx, req, netns, parent, child, att, plan)
+    })?;
     let index = link.index;
     let pod = Ns::Pod(netns);
     let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });

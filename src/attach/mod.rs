@@ -86,13 +86,60 @@ pub struct Ctx<'a> {
     pub kernel: &'a dyn NetOps,
     pub sys: &'a SysRoot,
     pub store: &'a Store,
-    /// Sync: DEL runs IPAM on a second thread beside the device's return (move_dev::del).
+    /// Sync: IPAM runs on a second thread beside the kernel work (add_beside_ipam, del_beside_ipam).
     pub ipam: &'a (dyn IpamOps + Sync),
     pub rdma: &'a dyn RdmaOps,
     /// Where the RDMA char devices live (`/dev/infiniband`; env `RDMA_NS_DEV_DIR` in tests).
     pub dev_dir: &'a std::path::Path,
     /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
     pub fail_after: Option<String>,
+}
+
+/// Runs `work` (a mode's first kernel steps, registering their undo on `plan`) with IPAM ADD
+/// beside it on a second thread when the conf has IPAM: neither depends on the other, and the
+/// kernel work (a netns move, a child's creation) waits in the kernel long enough to hide most of
+/// the IPAM plugin's exec. IPAM's undo (IPAM DEL) is registered whenever IPAM ADD succeeded, also
+/// when `work` failed, so a rollback releases the address. Then the `ipam` checkpoint.
+///
+/// The intent record is still durable before the first kernel change (`work` writes it first);
+/// IPAM may allocate before it is, which a crash leaves to the runtime's DEL: DEL always runs
+/// IPAM DEL, record or not.
+pub fn add_beside_ipam<'a, T>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    plan: &mut plan::Plan<'a>,
+    work: impl FnOnce(&mut plan::Plan<'a>) -> Result<T>,
+) -> Result<(T, Option<CniResult>)> {
+    let (made, ipam) = if req.conf.ipam.is_none() {
+        // No IPAM plugin to exec.
+        (work(plan), ctx.ipam.add(req))
+    } else {
+        let ipam_ops = ctx.ipam;
+        std::thread::scope(|scope| {
+            let ipam_add = scope.spawn(move || ipam_ops.add(req));
+            let made = work(plan);
+            let ipam = ipam_add
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM ADD thread panicked".into())));
+            (made, ipam)
+        })
+    };
+    let ipam = match ipam {
+        Ok(r) => r,
+        // Both failing hides neither; IPAM's first, as its code may ask the runtime to retry.
+        Err(e) => {
+            return Err(match made {
+                Ok(_) => e,
+                Err(m) => Error::Multiple(vec![e, m]),
+            })
+        }
+    };
+    if ipam.is_some() {
+        plan.on_undo("ipam", move || ctx.ipam.del(req));
+    }
+    let made = made?;
+    plan.checkpoint("ipam")?;
+    Ok((made, ipam))
 }
 
 /// IPAM DEL's outcome, run or waited for.

@@ -1,8 +1,8 @@
 //! Mode `move`: an existing host netdev (RoCE PF/VF/SF netdev, IPoIB netdev) moves into the pod.
 //!
-//! ADD steps, each with its undo: intent record → IPAM ADD → one RTM_NEWLINK that moves,
-//! renames and sets the MTU (a netns move costs 12–23 ms: it is done once per direction) →
-//! addresses → up → routes → final record. DEL brings the device back under its original name
+//! ADD steps, each with its undo: intent record → one RTM_NEWLINK that moves, renames and sets
+//! the MTU (a netns move costs 12–23 ms: it is done once per direction), with IPAM ADD running
+//! beside these two → addresses → up → routes → final record. DEL brings the device back under its original name
 //! and MTU, admin down, also when the pod netns is gone.
 
 use std::path::Path;
@@ -174,6 +174,85 @@ fn add_steps<'a>(
     let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
+    // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
+    // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
+    let ((), ipam) = crate::attach::add_beside_ipam(ctx, req, plan, |plan| {
+        intent_and_moves(ctx, req, pc, netns, dev, att, host_addresses, plan)
+    })?;
+
+    let pod_link = k
+        .link_by_name(pod, &req.env.ifname)
+        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .filter(|l| same_hwaddr(&l.hwaddr, &dev.hwaddr))
+        .ok_or_else(|| {
+            Error::DeviceNotFound(format!(
+                "{} was moved but is not in the pod netns as {}",
+                dev.name, req.env.ifname
+            ))
+        })?;
+    att.pod_ifindex = Some(pod_link.index);
+    att.pod_mtu = Some(pod_link.mtu);
+
+    publish::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
+
+    let result = ipam.unwrap_or_default();
+    configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
+
+    if let (Some(view), false) = (att.gid_view, result.ips.is_empty()) {
+        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+        let ifname = req.env.ifname.clone();
+        let timeout = pc.gid_timeout;
+        let found = with_view(ctx.sys, view, netns, |sys| {
+            // rxe deletes its ib device when its netdev leaves the host netns (NETDEV_UNREGISTER):
+            // then there is no GID to report. Hardware keeps its ib device.
+            if roce_ports
+                .iter()
+                .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
+            {
+                crate::log::warn(&format!(
+                    "{ifname}: the ib device(s) {:?} went away when the netdev moved (software RoCE \
+                     does this); no GID to report",
+                    roce_ports
+                ));
+                return Ok(Vec::new());
+            }
+            wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
+        })?;
+        for g in &found {
+            crate::log::info(&format!(
+                "{}: {} has GID index {} ({}) on {} port {}",
+                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
+            ));
+        }
+        if found.is_empty() {
+            att.gid_view = None;
+        }
+        att.gids = found;
+    }
+    plan.checkpoint("gids")?;
+
+    publish::write_device_info(ctx, req, att, plan)?;
+
+    crate::attach::ipconf::finish_add(ctx, req, netns, att, &pod_link, result, plan)
+}
+
+/// Writes the intent record (durably), then moves the ib device (when it moves) and the netdev
+/// into the pod with its final name and MTU: the part of ADD that runs beside IPAM ADD.
+/// Registers the undo of each.
+#[allow(clippy::too_many_arguments)]
+fn intent_and_moves<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    pc: &PluginConf,
+    netns: &'a Netns,
+    dev: &Link,
+    att: &mut Attachment,
+    host_addresses: &[IpNetwork],
+    plan: &mut Plan<'a>,
+) -> Result<()> {
+    let k = ctx.kernel;
+    let pod = Ns::Pod(netns);
+
     ctx.store.save(att)?;
     let (net, cid, ifn) = (
         att.network.clone(),
@@ -182,12 +261,6 @@ fn add_steps<'a>(
     );
     plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
     plan.checkpoint("state-intent")?;
-
-    let ipam = ctx.ipam.add(req)?;
-    if ipam.is_some() {
-        plan.on_undo("ipam", move || ctx.ipam.del(req));
-    }
-    plan.checkpoint("ipam")?;
 
     // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
     // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
@@ -265,61 +338,7 @@ fn add_steps<'a>(
         })?;
         plan.checkpoint("move")?;
     }
-
-    let pod_link = k
-        .link_by_name(pod, &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-        .filter(|l| same_hwaddr(&l.hwaddr, &dev.hwaddr))
-        .ok_or_else(|| {
-            Error::DeviceNotFound(format!(
-                "{} was moved but is not in the pod netns as {}",
-                dev.name, req.env.ifname
-            ))
-        })?;
-    att.pod_ifindex = Some(pod_link.index);
-    att.pod_mtu = Some(pod_link.mtu);
-
-    publish::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
-
-    let result = ipam.unwrap_or_default();
-    configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
-
-    if let (Some(view), false) = (att.gid_view, result.ips.is_empty()) {
-        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-        let ifname = req.env.ifname.clone();
-        let timeout = pc.gid_timeout;
-        let found = with_view(ctx.sys, view, netns, |sys| {
-            // rxe deletes its ib device when its netdev leaves the host netns (NETDEV_UNREGISTER):
-            // then there is no GID to report. Hardware keeps its ib device.
-            if roce_ports
-                .iter()
-                .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
-            {
-                crate::log::warn(&format!(
-                    "{ifname}: the ib device(s) {:?} went away when the netdev moved (software RoCE \
-                     does this); no GID to report",
-                    roce_ports
-                ));
-                return Ok(Vec::new());
-            }
-            wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
-        })?;
-        for g in &found {
-            crate::log::info(&format!(
-                "{}: {} has GID index {} ({}) on {} port {}",
-                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
-            ));
-        }
-        if found.is_empty() {
-            att.gid_view = None;
-        }
-        att.gids = found;
-    }
-    plan.checkpoint("gids")?;
-
-    publish::write_device_info(ctx, req, att, plan)?;
-
-    crate::attach::ipconf::finish_add(ctx, req, netns, att, &pod_link, result, plan)
+    Ok(())
 }
 
 /// Brings an ib device back to the host: moved from inside the pod netns when it is there, or

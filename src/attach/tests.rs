@@ -212,12 +212,9 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
         let err = w.add(Some(step)).unwrap_err();
         assert!(err.to_string().contains(step), "{step}: {err}");
         w.assert_host_as_before();
+        // IPAM ADD runs beside the intent record and the move: released after any step.
         let ipam_calls = w.ipam.calls.lock().unwrap().clone();
-        if step == "state-intent" {
-            assert_eq!(ipam_calls, Vec::<&str>::new(), "{step}");
-        } else {
-            assert_eq!(ipam_calls, vec!["add", "del"], "{step}: IPAM released");
-        }
+        assert_eq!(ipam_calls, vec!["add", "del"], "{step}: IPAM released");
     }
 }
 
@@ -261,12 +258,27 @@ fn an_undo_that_fails_is_reported_with_the_cause() {
 }
 
 #[test]
-fn ipam_failure_moves_nothing() {
+fn an_ipam_failure_brings_back_what_moved_beside_it() {
     let mut w = World::new();
     w.ipam.fail_add = true;
     let err = w.add(None).unwrap_err();
     assert_eq!(err.code(), 11, "IPAM's own code passes through: {err}");
-    assert!(!w.kernel.calls().iter().any(|c| c.contains("netns=")));
+    let calls = w.kernel.calls();
+    let moved_in = calls
+        .iter()
+        .position(|c| c.starts_with("set_link host 7 netns="))
+        .expect("the move ran beside IPAM ADD");
+    assert!(
+        calls[moved_in..]
+            .iter()
+            .any(|c| c.starts_with(&format!("set_link {POD} 7 netns=host"))),
+        "and was undone: {calls:?}"
+    );
+    assert_eq!(
+        *w.ipam.calls.lock().unwrap(),
+        vec!["add"],
+        "no DEL for a failed ADD"
+    );
     w.assert_host_as_before();
 }
 
