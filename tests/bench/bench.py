@@ -32,6 +32,14 @@ PCI = "0000:3b:00.2"
 DATA_DIR = "/var/lib/cni/rdma-ns-bench"
 SYSFS_FIXTURE = "/run/rdma-ns-bench-sys"
 TAG = "rb%x" % (os.getpid() % 0xFFF)
+# Idle time between a cycle's ADD and its DEL (untimed; --phase-gap-ms). A netns move waits in
+# the kernel for an RCU grace period (rcu_barrier() in __dev_change_net_namespace, under RTNL);
+# a move issued within ~10-15 ms of the previous one also waits out the grace period that the
+# previous one's tail started (tests/README.md, "What a move waits for"). A pod's DEL does not
+# follow its ADD within milliseconds, so by default the DEL is not charged for its ADD's tail,
+# as no timing is charged for the previous cycle's netns cleanup (settle). The section
+# `compare-b2b` measures the same with no gap.
+PHASE_GAP = 0.1
 
 failures = []
 
@@ -164,6 +172,7 @@ def run_plugin_cycle(binary, conf, pod, cid, extra_env=None, gone=nic_back):
         result = None
     else:
         result = json.loads(p.stdout)
+    time.sleep(PHASE_GAP)
     del_conf = dict(conf)
     if result is not None:
         del_conf["prevResult"] = result
@@ -203,13 +212,15 @@ def variant_floor(pod, i):
     b = ip_batch(["addr add %s dev net1" % ADDRESS, "link set dev net1 up"], netns=pod.ns,
                  check=False)
     t1 = time.perf_counter_ns()
+    time.sleep(PHASE_GAP)
+    t1g = time.perf_counter_ns()
     c = ip_batch(["link set dev net1 netns %s name %s mtu %d" % (HOST_NS_NAME, pod.nic, HOST_MTU)],
                  netns=pod.ns, check=False)
     t2 = time.perf_counter_ns()
     ok = a.returncode == 0 and b.returncode == 0 and c.returncode == 0 and link_exists(pod.nic)
     if not ok:
         failures.append("floor %d: %s %s %s" % (i, a.stderr, b.stderr, c.stderr))
-    return t1 - t0, t2 - t1, ok
+    return t1 - t0, t2 - t1g, ok
 
 
 def variant_ipam(pod, i):
@@ -223,6 +234,7 @@ def run_plugin_cycle_ipam(conf, pod, cid):
     env = cni_env("ADD", pod, cid)
     add_ns, p = timed_exec(STATIC, env, json.dumps(conf).encode())
     ok = p.returncode == 0
+    time.sleep(PHASE_GAP)
     env["CNI_COMMAND"] = "DEL"
     del_ns, q = timed_exec(STATIC, env, json.dumps(conf).encode())
     ok = ok and q.returncode == 0
@@ -270,12 +282,14 @@ def variant_floor_macvlan(pod, i):
     b = ip_batch(["addr add %s dev net1" % ADDRESS, "link set dev net1 up"], netns=pod.ns,
                  check=False)
     t1 = time.perf_counter_ns()
+    time.sleep(PHASE_GAP)
+    t1g = time.perf_counter_ns()
     c = ip_batch(["link del net1"], netns=pod.ns, check=False)
     t2 = time.perf_counter_ns()
     ok = a.returncode == 0 and b.returncode == 0 and c.returncode == 0 and child_gone(pod)
     if not ok:
         failures.append("macvlan floor %d: %s %s %s" % (i, a.stderr, b.stderr, c.stderr))
-    return t1 - t0, t2 - t1, ok
+    return t1 - t0, t2 - t1g, ok
 
 
 MACVLAN_VARIANTS = {
@@ -331,7 +345,7 @@ def rotate(seq, i):
     return seq[k:] + seq[:k]
 
 
-def compare(samples, cycles):
+def compare(samples, cycles, section="compare"):
     names = list(VARIANTS)
     for i in range(cycles):
         for name in rotate(names, i):
@@ -341,12 +355,56 @@ def compare(samples, cycles):
             finally:
                 pod.teardown()
             settle([pod])
-            samples.add("compare", name, 0, "device", i, a, d, ok)
+            samples.add(section, name, 0, "device", i, a, d, ok)
         # What one `ip` process costs with nothing to do, started the way the floor starts it:
         # the floor's ADD needs two (a batch cannot switch netns), a one-process floor one.
         t0 = time.perf_counter_ns()
         ip_batch([])
-        samples.add("compare", "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
+        samples.add(section, "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
+
+
+GAP_DELAYS_MS = [0, 2, 5, 10, 20, 50, 100]
+
+
+def gap_effect(samples, cycles):
+    """Why --phase-gap-ms: the floor's DEL move (iproute2, no plugin) issued d ms after its ADD,
+    for several d. A move waits in rcu_barrier() for the callbacks queued before it; right after
+    another move the grace period that move's tail started is still running, so the second waits
+    out the rest of it and then its own: the move shrinks as d grows while d + move stays about
+    the same, until d passes a grace period."""
+    for i in range(cycles):
+        for d in rotate(GAP_DELAYS_MS, i):
+            pod = Pod()
+            try:
+                a = ip_batch(["link set dev %s netns %s name net1 mtu %d"
+                              % (pod.nic, pod.ns, POD_MTU)], check=False)
+                b = ip_batch(["addr add %s dev net1" % ADDRESS, "link set dev net1 up"],
+                             netns=pod.ns, check=False)
+                t_add = time.perf_counter_ns()
+                time.sleep(d / 1000)
+                t0 = time.perf_counter_ns()
+                c = ip_batch(["link set dev net1 netns %s name %s mtu %d"
+                              % (HOST_NS_NAME, pod.nic, HOST_MTU)], netns=pod.ns, check=False)
+                t1 = time.perf_counter_ns()
+                ok = not (a.returncode or b.returncode or c.returncode) and link_exists(pod.nic)
+                if not ok:
+                    failures.append("gap %d ms: %s %s %s" % (d, a.stderr, b.stderr, c.stderr))
+            finally:
+                pod.teardown()
+            settle([pod])
+            # add_ns holds the wait since the ADD (d plus the sleep's own overshoot).
+            samples.add("gap", "floor", 0, str(d), i, t0 - t_add, t1 - t0, ok)
+
+
+def report_gap(s, out):
+    out("")
+    out("a move right after a move (floor DEL issued d ms after its ADD; ms):")
+    out("  %-6s %12s %14s" % ("d", "DEL med/p95", "d + DEL med"))
+    for d in GAP_DELAYS_MS:
+        dels = s.get("gap", "floor", "del", selector=str(d))
+        both = s.get("gap", "floor", "cycle", selector=str(d))
+        out("  %-6d %5.1f/%5.1f %14.1f" % (d, ms(statistics.median(dels)), ms(pct(dels, 0.95)),
+                                           ms(statistics.median(both))))
 
 
 def macvlan(samples, cycles):
@@ -409,6 +467,8 @@ def concurrency(rounds, n, out):
             try:
                 phases = {}
                 for command in ["ADD", "DEL"]:
+                    if command == "DEL":
+                        time.sleep(PHASE_GAP)
                     envs, stdins = [], []
                     for j, pod in enumerate(pods):
                         cid = "conc%d" % j
@@ -468,6 +528,8 @@ def floor_concurrency(rounds, n, out):
                 }
                 walls, bad = {}, 0
                 for command, waves in steps.items():
+                    if command == "DEL":
+                        time.sleep(PHASE_GAP)
                     t0 = time.perf_counter_ns()
                     for wave in waves:
                         if mode == "parallel":
@@ -566,16 +628,20 @@ def verdict(ok):
 
 
 def main():
-    global RDMA_NS
+    global RDMA_NS, PHASE_GAP
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=200)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
-    ap.add_argument("--only", default="compare,macvlan,scale,concurrency,start,rss")
+    ap.add_argument("--only",
+                    default="compare,compare-b2b,gap,macvlan,scale,concurrency,start,rss")
+    ap.add_argument("--phase-gap-ms", type=float, default=PHASE_GAP * 1000,
+                    help="idle time between a cycle's ADD and DEL (untimed)")
     ap.add_argument("--plugin", default=RDMA_NS, help="the rdma-ns binary to measure")
     args = ap.parse_args()
     only = set(args.only.split(","))
     RDMA_NS = os.path.abspath(args.plugin)
+    PHASE_GAP = args.phase_gap_ms / 1000
 
     if args.smoke:
         cycles, levels, start_runs, conc_rounds = min(args.cycles, 5), [10, 100], 100, 1
@@ -604,6 +670,14 @@ def main():
         if "compare" in only:
             compare(samples, cycles)
             report_compare(samples, out)
+        if "compare-b2b" in only:
+            gap, PHASE_GAP = PHASE_GAP, 0
+            compare(samples, cycles, "compare-b2b")
+            PHASE_GAP = gap
+            report_compare(samples, out, "compare-b2b")
+        if "gap" in only:
+            gap_effect(samples, min(cycles, 40))
+            report_gap(samples, out)
         if "macvlan" in only:
             macvlan(samples, cycles)
             report_macvlan(samples, out)
@@ -645,27 +719,31 @@ def main():
     return 1 if failures else 0
 
 
-def report_compare(s, out):
-    floor = {f: statistics.median(s.get("compare", "floor", f)) for f in ("add", "del", "cycle")}
+def report_compare(s, out, section="compare"):
+    floor = {f: statistics.median(s.get(section, "floor", f)) for f in ("add", "del", "cycle")}
     out("")
+    if section == "compare":
+        out("move mode, DEL %.0f ms after ADD (--phase-gap-ms)" % (PHASE_GAP * 1000))
+    else:
+        out("move mode, back to back: DEL right after ADD (each DEL waits out its ADD's RCU tail)")
     out("%-12s %15s %15s %15s   %-20s" % ("variant", "ADD med/p95", "DEL med/p95",
                                           "cycle med/p95", "x floor (ADD/DEL/cyc)"))
     for v in VARIANTS:
         cols, ratios = [], []
         for f in ("add", "del", "cycle"):
-            xs = s.get("compare", v, f)
+            xs = s.get(section, v, f)
             cols.append("%6.2f/%6.2f" % (ms(statistics.median(xs)), ms(pct(xs, 0.95))))
             ratios.append("%.2f" % (statistics.median(xs) / floor[f]))
         out("%-12s %15s %15s %15s   %s" % (v, cols[0], cols[1], cols[2], "/".join(ratios)))
-    rd = statistics.median(s.get("compare", "rdma-ns", "cycle"))
-    hd = statistics.median(s.get("compare", "host-device", "cycle"))
-    ipam = statistics.median(s.get("compare", "ipam-static", "cycle"))
+    rd = statistics.median(s.get(section, "rdma-ns", "cycle"))
+    hd = statistics.median(s.get(section, "host-device", "cycle"))
+    ipam = statistics.median(s.get(section, "ipam-static", "cycle"))
     over = rd - floor["cycle"] - ipam
     out("(ms; floor = iproute2 doing the same kernel operations: ADD is two `ip -batch` runs, "
         "host then pod, DEL one)")
     out("rdma-ns cycle / host-device cycle = %.3f [target <= 0.95: %s]" % (
         rd / hd, verdict(rd / hd <= 0.95)))
-    ip_start = statistics.median(s.get("compare", "ip-start", "add"))
+    ip_start = statistics.median(s.get(section, "ip-start", "add"))
     strict = over + ip_start
     out("plugin overhead per cycle = rdma-ns - floor - static IPAM = %.2f - %.2f - %.2f = %.2f ms; "
         "against a one-process-per-phase floor (minus one ip start, %.2f ms): %.2f ms "
@@ -710,7 +788,8 @@ def report_macvlan(s, out):
 def write_summary(s, path):
     """Medians and p95 of every compared variant (ms), and rdma-ns's ratios to the Debian
     plugin of its class."""
-    ref = {("compare", "rdma-ns"): "host-device", ("macvlan", "rdma-ns-mv"): "macvlan"}
+    ref = {("compare", "rdma-ns"): "host-device", ("compare-b2b", "rdma-ns"): "host-device",
+           ("macvlan", "rdma-ns-mv"): "macvlan"}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["section", "variant", "n", "add_med_ms", "add_p95_ms", "del_med_ms",
@@ -718,7 +797,7 @@ def write_summary(s, path):
                     "del_ratio", "cycle_ratio"])
         seen = []
         for r in s.rows:
-            if r[0] in ("compare", "macvlan") and (r[0], r[1]) not in seen:
+            if r[0] in ("compare", "compare-b2b", "macvlan") and (r[0], r[1]) not in seen:
                 seen.append((r[0], r[1]))
         for sec, v in seen:
             row = [sec, v, len(s.get(sec, v, "add"))]
