@@ -520,6 +520,14 @@ fn link_dump_of_more_than_two_thousand_links() {
     let p1099 = links.iter().find(|l| l.name == "p1099").unwrap();
     let v1099 = links.iter().find(|l| l.name == "v1099").unwrap();
     assert_eq!(p1099.link, Some(v1099.index));
+
+    // The hwaddr search walks the same dump and decodes only the match.
+    let by_addr = k.links_with_hwaddr(Ns::Pod(&pod), &v1099.hwaddr).unwrap();
+    assert_eq!(by_addr, vec![v1099.clone()]);
+    assert!(k
+        .links_with_hwaddr(Ns::Pod(&pod), &[0x02, 0xde, 0xad, 0, 0, 1])
+        .unwrap()
+        .is_empty());
 }
 
 #[test]

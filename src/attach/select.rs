@@ -107,12 +107,9 @@ pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selecto
             None => Err(not_found(selector, &[])),
         },
         Selector::HwAddr(addr) => {
-            let matches: Vec<Link> = kernel
-                .links(Ns::Host)
-                .map_err(lookup_err)?
-                .into_iter()
-                .filter(|l| l.hwaddr == *addr || l.perm_hwaddr.as_deref() == Some(addr.as_slice()))
-                .collect();
+            let matches = kernel
+                .links_with_hwaddr(Ns::Host, addr)
+                .map_err(lookup_err)?;
             one(selector, matches)
         }
         Selector::KernelPath(path) => {

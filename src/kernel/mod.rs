@@ -304,6 +304,15 @@ pub trait NetOps {
     fn link_by_index(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Link>>;
     /// RTM_GETLINK dump of every link in the namespace.
     fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>>;
+    /// The links whose current or permanent hardware address is `addr`: the same dump, with
+    /// only the matching links decoded.
+    fn links_with_hwaddr(&self, ns: Ns<'_>, addr: &[u8]) -> KResult<Vec<Link>> {
+        Ok(self
+            .links(ns)?
+            .into_iter()
+            .filter(|l| l.hwaddr == addr || l.perm_hwaddr.as_deref() == Some(addr))
+            .collect())
+    }
     /// One RTM_NEWLINK applying `change` to the link `index` in `ns`.
     ///
     /// The kernel applies the parts in a fixed order (netns move, MTU, name, then IFF_UP) and

@@ -100,6 +100,19 @@ pub fn link(payload: &[u8]) -> Result<Link, String> {
     Ok(link)
 }
 
+/// Whether an RTM_NEWLINK payload carries `addr` as its IFLA_ADDRESS or IFLA_PERM_ADDRESS:
+/// read straight off the attribute headers, so a dump can keep only the links a `hwaddr`
+/// selector names instead of copying and decoding all of them. A malformed payload matches
+/// nothing (`link` reports it when it is decoded).
+pub fn link_has_hwaddr(payload: &[u8], addr: &[u8]) -> bool {
+    let Some(attrs) = payload.get(IFINFOMSG_LEN..) else {
+        return false;
+    };
+    NlasIterator::new(attrs)
+        .map_while(Result::ok)
+        .any(|nla| matches!(nla.kind(), IFLA_ADDRESS | IFLA_PERM_ADDRESS) && nla.value() == addr)
+}
+
 /// Decodes the payload of an RTM_NEWADDR message into (ifindex, address/prefix).
 ///
 /// IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer on point-to-point
@@ -162,6 +175,27 @@ mod tests {
         h.extend_from_slice(&0u32.to_ne_bytes());
         h
     }
+
+    #[test]
+    fn hwaddr_match_reads_the_current_and_the_permanent_address_only() {
+        let mut p = ifinfomsg(9, 1, 0);
+        p.extend(nla(IFLA_IFNAME, b"ens1f0v3\0"));
+        p.extend(nla(IFLA_ADDRESS, &[2, 0, 0, 0, 0, 9]));
+        p.extend(nla(IFLA_BROADCAST_FOR_TEST, &[0xff; 6]));
+        p.extend(nla(IFLA_PERM_ADDRESS, &[4, 0, 0, 0, 0, 9]));
+        assert!(link_has_hwaddr(&p, &[2, 0, 0, 0, 0, 9]));
+        assert!(link_has_hwaddr(&p, &[4, 0, 0, 0, 0, 9]));
+        // The broadcast address is not the device's address.
+        assert!(!link_has_hwaddr(&p, &[0xff; 6]));
+        // A prefix of the address is not the address (IPoIB addresses are 20 bytes).
+        assert!(!link_has_hwaddr(&p, &[2, 0, 0, 0, 0]));
+        assert!(!link_has_hwaddr(&p, &[2, 0, 0, 0, 0, 8]));
+        // Cut inside the permanent address: no match, no panic.
+        assert!(!link_has_hwaddr(&p[..p.len() - 6], &[4, 0, 0, 0, 0, 9]));
+        assert!(!link_has_hwaddr(&p[..10], &[2, 0, 0, 0, 0, 9]));
+    }
+
+    const IFLA_BROADCAST_FOR_TEST: u16 = 2;
 
     #[test]
     fn decodes_the_fields_link_carries() {

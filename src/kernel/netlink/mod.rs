@@ -23,7 +23,9 @@ use self::request::{CreateLink, SetLink};
 pub use self::socket::{
     align4, parse_done, parse_error, NlError, NlSocket, Reply, NLMSGERR_ATTR_MSG,
 };
-use super::{KResult, KernelError, Link, LinkChange, NetOps, Netns, NewLink, Ns, RouteSpec};
+use super::{
+    format_hwaddr, KResult, KernelError, Link, LinkChange, NetOps, Netns, NewLink, Ns, RouteSpec,
+};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWADDR: u16 = 20;
@@ -84,6 +86,14 @@ impl RealKernel {
     fn request(&self, ns: Ns<'_>, req: request::Request) -> Result<Vec<Reply>, NlError> {
         let (msg, flags) = req;
         self.with_socket(ns, |sock| sock.request(msg, flags))
+    }
+
+    fn decode_links(replies: &[Reply]) -> Result<Vec<Link>, NlError> {
+        replies
+            .iter()
+            .filter(|r| r.message_type == RTM_NEWLINK)
+            .map(|r| decode::link(&r.payload).map_err(NlError::decode))
+            .collect()
     }
 
     /// The fd the kernel resolves IFLA_NET_NS_FD with. The kernel looks the fd up in the
@@ -207,12 +217,27 @@ impl NetOps for RealKernel {
     fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>> {
         let fail = |e| kernel_error("list links", "all links", ns, e);
         let replies = self.request(ns, request::dump_links()).map_err(fail)?;
-        replies
-            .iter()
-            .filter(|r| r.message_type == RTM_NEWLINK)
-            .map(|r| decode::link(&r.payload).map_err(NlError::decode))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(fail)
+        Self::decode_links(&replies).map_err(fail)
+    }
+
+    fn links_with_hwaddr(&self, ns: Ns<'_>, addr: &[u8]) -> KResult<Vec<Link>> {
+        let fail = |e| {
+            kernel_error(
+                "list links",
+                format!("hwaddr {}", format_hwaddr(addr)),
+                ns,
+                e,
+            )
+        };
+        let (msg, flags) = request::dump_links();
+        let replies = self
+            .with_socket(ns, |sock| {
+                sock.request_keeping(msg, flags, |kind, payload| {
+                    kind == RTM_NEWLINK && decode::link_has_hwaddr(payload, addr)
+                })
+            })
+            .map_err(fail)?;
+        Self::decode_links(&replies).map_err(fail)
     }
 
     fn set_link(&self, ns: Ns<'_>, index: u32, change: &LinkChange<'_>) -> KResult<()> {

@@ -143,12 +143,24 @@ impl NlSocket {
     /// rtnetlink handles a request synchronously inside sendmsg, and a dump produces its
     /// next part inside our recvmsg, so the reads never wait on anything but the kernel.
     pub fn request(&mut self, msg: RouteNetlinkMessage, flags: u16) -> Result<Vec<Reply>, NlError> {
+        self.request_keeping(msg, flags, |_, _| true)
+    }
+
+    /// [`NlSocket::request`] keeping only the replies `keep(message_type, payload)` accepts:
+    /// the others are neither copied nor decoded (a dump of thousands of links searched for
+    /// one address).
+    pub fn request_keeping(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+        keep: impl Fn(u16, &[u8]) -> bool,
+    ) -> Result<Vec<Reply>, NlError> {
         let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         if !dump {
-            return self.exchange(msg, flags).map(|(replies, _)| replies);
+            return self.exchange(msg, flags, &keep).map(|(replies, _)| replies);
         }
         for _ in 0..DUMP_ATTEMPTS {
-            let (replies, interrupted) = self.exchange(msg.clone(), flags)?;
+            let (replies, interrupted) = self.exchange(msg.clone(), flags, &keep)?;
             if !interrupted {
                 return Ok(replies);
             }
@@ -166,6 +178,7 @@ impl NlSocket {
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
+        keep: &dyn Fn(u16, &[u8]) -> bool,
     ) -> Result<(Vec<Reply>, bool), NlError> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
@@ -215,6 +228,9 @@ impl NlSocket {
                     }
                     message_type => {
                         interrupted |= msg_flags & NLM_F_DUMP_INTR != 0;
+                        if !keep(message_type, payload) {
+                            continue;
+                        }
                         replies.push(Reply {
                             message_type,
                             flags: msg_flags,
@@ -228,8 +244,10 @@ impl NlSocket {
 
     /// Reads one datagram into `self.buf`, growing it first if the datagram is larger.
     fn recv_datagram(&mut self) -> Result<usize, NlError> {
+        // A zero-length peek with MSG_TRUNC returns the datagram's size without copying it: a
+        // dump's data is copied out of the kernel once, by the read below.
         let peek = libc::MSG_PEEK | libc::MSG_TRUNC;
-        let want = retry_eintr(|| self.sock.recv(&mut &mut self.buf[..], peek))?;
+        let want = retry_eintr(|| self.sock.recv(&mut &mut self.buf[..0], peek))?;
         if want > self.buf.len() {
             self.buf.resize(want, 0);
         }
