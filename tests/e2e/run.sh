@@ -614,7 +614,10 @@ PY
   out=$(T 30 podman exec "$a" ip -o addr show net1) || die "podman exec $a ip addr failed"
   [[ $out == *"inet 10.56.13.2/24 "* ]] || die "net1 in $a: expected 10.56.13.2/24: $out"
   out=$(ip -n "$(basename "$netns_a")" -d -o link show net1) || die "no net1 in $netns_a"
-  [[ $out == *"net1@if$pidx:"* && $out == *"link-netnsid 0"* && $out == *"macvlan mode bridge"* ]] ||
+  # The parent lives in another netns: iproute2 prints `link-netnsid 0`, or `link-netns NAME`
+  # when the host's netns also has a name under /run/netns (ip netns attach).
+  [[ $out == *"net1@if$pidx:"* && ($out == *"link-netnsid 0"* || $out == *"link-netns "*) &&
+     $out == *"macvlan mode bridge"* ]] ||
     die "net1 in $a is not a bridge-mode macvlan of $parent (ifindex $pidx): $out"
   step "inside $a (podman exec ip): net1, mtu 9000 (the parent's), $mac_a (MAC in CNI_ARGS), inet 10.56.13.2/24; a bridge-mode macvlan of $parent"
   out=$(T 30 podman exec "$b" ip -o link show eth0) || die "podman exec $b ip link failed"
