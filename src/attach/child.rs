@@ -385,14 +385,7 @@ fn intent_and_child<'a>(
     let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
-    ctx.store.save(att)?;
-    let (net, cid, ifn) = (
-        att.network.clone(),
-        att.container_id.clone(),
-        att.ifname.clone(),
-    );
-    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
-    plan.checkpoint("state-intent")?;
+    crate::attach::write_intent(ctx, att, plan)?;
 
     let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
     let spec = NewLink {

@@ -95,6 +95,23 @@ pub struct Ctx<'a> {
     pub fail_after: Option<String>,
 }
 
+/// The intent record, written durably before the first kernel change so that a plugin killed
+/// mid-ADD leaves DEL something to go by; its undo removes it.
+pub fn write_intent<'a>(
+    ctx: &'a Ctx<'a>,
+    att: &state::Attachment,
+    plan: &mut plan::Plan<'a>,
+) -> Result<()> {
+    ctx.store.save(att)?;
+    let (net, cid, ifn) = (
+        att.network.clone(),
+        att.container_id.clone(),
+        att.ifname.clone(),
+    );
+    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
+    plan.checkpoint("state-intent")
+}
+
 /// Runs `work` (a mode's first kernel steps, registering their undo on `plan`) with IPAM ADD
 /// beside it on a second thread when the conf has IPAM: neither depends on the other, and the
 /// kernel work (a netns move, a child's creation) waits in the kernel long enough to hide most of

@@ -253,14 +253,7 @@ fn intent_and_moves<'a>(
     let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
-    ctx.store.save(att)?;
-    let (net, cid, ifn) = (
-        att.network.clone(),
-        att.container_id.clone(),
-        att.ifname.clone(),
-    );
-    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
-    plan.checkpoint("state-intent")?;
+    crate::attach::write_intent(ctx, att, plan)?;
 
     // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
     // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
