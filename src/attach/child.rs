@@ -462,42 +462,10 @@ fn intent_and_child<'a>(
 /// 15 to 40 ms on the benchmark VM), which hides most of the IPAM plugin's exec (not all: the
 /// exec's CPU work stretches the grace period a little). Every error of both is collected, and
 /// the record stays until both succeeded.
-pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::del_beside_ipam(ctx, req, |ipam_del| del_with_ipam(ctx, req, pc, ipam_del))
-}
-
-/// DEL's child and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).
-fn del_with_ipam(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    _pc: &PluginConf,
-    ipam_del: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let mut errors = Vec::new();
-    let att = match ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
-    {
-        Ok(a) => a,
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
-    if let Some(att) = &att {
-        if let Err(e) = release_child(ctx.kernel, req.env.netns.as_deref(), att) {
-            errors.push(e);
-        }
-        crate::attach::publish::release_all(ctx, att, &mut errors);
-    }
-    if let Err(e) = ipam_del() {
-        errors.push(e);
-    }
-    if errors.is_empty() && att.is_some() {
-        ctx.store
-            .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
-    }
-    Error::collect(errors)
+pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
+    crate::attach::del_recorded(ctx, req, None, |att| {
+        release_child(ctx.kernel, req.env.netns.as_deref(), att)
+    })
 }
 
 fn is_our_child(link: &Link, att: &Attachment) -> bool {

@@ -160,13 +160,13 @@ pub fn add_beside_ipam<'a, T>(
 }
 
 /// IPAM DEL's outcome, run or waited for.
-pub type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
+type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
 
 /// Runs `rest` (a mode's DEL) with IPAM DEL running beside it on a second thread when the conf
 /// has IPAM: the two are independent, and the kernel work of DEL (a netns move, a netdev delete)
 /// waits in the kernel long enough to hide most of the IPAM plugin's exec. `rest` gets IPAM DEL's
 /// outcome to collect with its own errors.
-pub fn del_beside_ipam<'s>(
+fn del_beside_ipam<'s>(
     ctx: &'s Ctx<'s>,
     req: &'s Request,
     rest: impl FnOnce(IpamDel<'_>) -> Result<()>,
@@ -182,6 +182,57 @@ pub fn del_beside_ipam<'s>(
                 .join()
                 .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
         }))
+    })
+}
+
+/// DEL of the modes that keep a record (move, macvlan, ipoib): `release` undoes the kernel side
+/// of the recorded attachment wherever it is now, then the permissions and device-info file go,
+/// IPAM DEL runs (beside all of it, see `del_beside_ipam`), and the record is dropped only when
+/// all of that succeeded, so a retried DEL does the rest. Every error is collected. With
+/// `device_lock`, the device's lock is held (waited for up to that long) from `release` to the
+/// end of the permission release; a lock that cannot be had ends DEL with its error.
+pub fn del_recorded(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    device_lock: Option<std::time::Duration>,
+    release: impl FnOnce(&state::Attachment) -> Result<()>,
+) -> Result<()> {
+    del_beside_ipam(ctx, req, |ipam_del| {
+        let mut errors = Vec::new();
+        let att = match ctx
+            .store
+            .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
+        {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        match &att {
+            Some(att) => {
+                let _lock = match device_lock {
+                    Some(timeout) => Some(ctx.store.lock_device(&att.device_key, timeout)?),
+                    None => None,
+                };
+                if let Err(e) = release(att) {
+                    errors.push(e);
+                }
+                publish::release_all(ctx, att, &mut errors);
+            }
+            None => crate::log::info(&format!(
+                "DEL {}:{}: no attachment record; nothing to undo",
+                req.env.container_id, req.env.ifname
+            )),
+        }
+        if let Err(e) = ipam_del() {
+            errors.push(e);
+        }
+        if errors.is_empty() && att.is_some() {
+            ctx.store
+                .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
+        }
+        Error::collect(errors)
     })
 }
 

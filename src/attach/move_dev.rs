@@ -411,48 +411,9 @@ fn undo_move(
 /// about 20 ms waiting in the kernel, which hides the IPAM plugin's exec (3 to 4 ms for Debian's
 /// static). host-device too releases the address while the device is still in the pod.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::del_beside_ipam(ctx, req, |ipam_del| del_with_ipam(ctx, req, pc, ipam_del))
-}
-
-/// DEL's device and record part; `ipam_del` gives IPAM DEL's outcome (run, or waited for).
-fn del_with_ipam(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    pc: &PluginConf,
-    ipam_del: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let mut errors = Vec::new();
-    let att = match ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
-    {
-        Ok(a) => a,
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
-    match &att {
-        Some(att) => {
-            let _lock = ctx.store.lock_device(&att.device_key, pc.lock_timeout)?;
-            if let Err(e) = release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att) {
-                errors.push(e);
-            }
-            publish::release_all(ctx, att, &mut errors);
-        }
-        None => crate::log::info(&format!(
-            "DEL {}:{}: no attachment record; nothing to bring back",
-            req.env.container_id, req.env.ifname
-        )),
-    }
-    if let Err(e) = ipam_del() {
-        errors.push(e);
-    }
-    if errors.is_empty() && att.is_some() {
-        ctx.store
-            .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
-    }
-    Error::collect(errors)
+    crate::attach::del_recorded(ctx, req, Some(pc.lock_timeout), |att| {
+        release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att)
+    })
 }
 
 /// Brings an attachment's device back to the host, wherever it is now. `netns` is the pod netns
