@@ -29,3 +29,16 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// One netlink attribute as the kernel lays it out: u16 length (header included), u16 type,
+/// the value, padded to 4 bytes.
+pub fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+    out
+}

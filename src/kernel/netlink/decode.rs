@@ -156,16 +156,7 @@ fn ip_value(value: &[u8]) -> Result<IpAddr, String> {
 mod tests {
     use super::*;
 
-    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
+    use crate::testutil::nla;
 
     fn ifinfomsg(index: u32, link_type: u16, flags: u32) -> Vec<u8> {
         let mut h = vec![0u8, 0];

@@ -352,16 +352,7 @@ fn ext_ack_text(tlvs: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
+    use crate::testutil::nla;
 
     fn nlmsghdr(len: u32) -> Vec<u8> {
         let mut h = Vec::new();
