@@ -146,42 +146,23 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     let key = format!("ib-{ibdev}");
     let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
     let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
+    let host = HostDevice {
+        name: req.env.ifname.clone(),
+        ifindex: 0,
+        mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
+        hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
+        perm_hwaddr: None,
+        pci: Some(bdf),
+        was_up: true,
+        addresses: Vec::new(),
+    };
     let att = Attachment {
-        network: req.conf.name.clone(),
-        container_id: req.env.container_id.clone(),
-        ifname: req.env.ifname.clone(),
-        mode: pc.mode.as_str().to_string(),
-        phase: Phase::Adding,
-        netns: netns.path().display().to_string(),
-        device_key: key,
-        host: HostDevice {
-            name: req.env.ifname.clone(),
-            ifindex: 0,
-            mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
-            hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
-            perm_hwaddr: None,
-            pci: Some(bdf),
-            was_up: true,
-            addresses: Vec::new(),
-        },
-        pod_ifindex: None,
-        pod_mtu: None,
-        ipam_result: None,
-        child: None,
         rdma: Some(rec.clone()),
-        gids: Vec::new(),
-        gid_view: None,
-        perm_changes: Vec::new(),
-        device_info_file: None,
+        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
     };
     let mut plan = Plan::new(ctx.fail_after.clone());
     let outcome = (|| {
-        ctx.store.save(&att)?;
-        plan.on_undo("state-intent", || {
-            ctx.store
-                .remove(&att.network, &att.container_id, &att.ifname)
-        });
-        plan.checkpoint("state-intent")?;
+        crate::attach::write_intent(ctx, &att, &mut plan)?;
         let pod = Ns::Pod(&netns);
         ctx.rdma
             .move_device(Ns::Host, rec.index, pod)

@@ -14,7 +14,7 @@ use crate::attach::gids;
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
 use crate::attach::select::{select_host_device, Selector};
-use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord, Phase};
+use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -224,30 +224,21 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         return Err(taken(&netns, &req.env.ifname, Some(existing.index)));
     }
     crate::log::info(&format!("{}: {}", req.env.ifname, child.summary));
+    let device_key = format!(
+        "child-{}-{}-{}",
+        req.conf.name, req.env.container_id, req.env.ifname
+    );
+    let host = HostDevice {
+        name: parent.name.clone(),
+        ifindex: parent.index,
+        mtu: parent.mtu,
+        hwaddr: parent.hwaddr_string(),
+        perm_hwaddr: None,
+        pci: parent.pci_address().map(str::to_string),
+        was_up: parent.up,
+        addresses: Vec::new(),
+    };
     let mut att = Attachment {
-        network: req.conf.name.clone(),
-        container_id: req.env.container_id.clone(),
-        ifname: req.env.ifname.clone(),
-        mode: pc.mode.as_str().to_string(),
-        phase: Phase::Adding,
-        netns: netns.path().display().to_string(),
-        device_key: format!(
-            "child-{}-{}-{}",
-            req.conf.name, req.env.container_id, req.env.ifname
-        ),
-        host: HostDevice {
-            name: parent.name.clone(),
-            ifindex: parent.index,
-            mtu: parent.mtu,
-            hwaddr: parent.hwaddr_string(),
-            perm_hwaddr: None,
-            pci: parent.pci_address().map(str::to_string),
-            was_up: parent.up,
-            addresses: Vec::new(),
-        },
-        pod_ifindex: None,
-        pod_mtu: None,
-        ipam_result: None,
         child: Some(ChildRecord {
             kind: child.kind.kind_name().to_string(),
             hwaddr: None,
@@ -255,11 +246,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             macvlan_mode: None,
             summary: child.summary.clone(),
         }),
-        rdma: None,
-        gids: Vec::new(),
-        gid_view: None,
-        perm_changes: Vec::new(),
-        device_info_file: None,
+        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), device_key, host)
     };
     // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
     let roce_ports = match (pc.mode, pc.rdma) {

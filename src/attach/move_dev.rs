@@ -17,7 +17,7 @@ use crate::attach::plan::Plan;
 use crate::attach::publish;
 use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
 use crate::attach::select::select_host_device;
-use crate::attach::state::{Attachment, HostDevice, Phase};
+use crate::attach::state::{Attachment, HostDevice};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::Request;
@@ -95,23 +95,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
     };
     let mut att = Attachment {
-        network: req.conf.name.clone(),
-        container_id: req.env.container_id.clone(),
-        ifname: req.env.ifname.clone(),
-        mode: pc.mode.as_str().to_string(),
-        phase: Phase::Adding,
-        netns: netns.path().display().to_string(),
-        device_key: key,
-        host,
-        pod_ifindex: None,
-        pod_mtu: None,
-        ipam_result: None,
-        child: None,
         rdma: ib,
-        gids: Vec::new(),
-        gid_view: None,
-        perm_changes: Vec::new(),
-        device_info_file: None,
+        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
     };
     // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the pod
     // (exclusive), or on the host's ib device that lists the pod netdev by its pod name (shared).

@@ -137,6 +137,36 @@ impl From<crate::kernel::IpoibInfo> for IpoibRecord {
 }
 
 impl Attachment {
+    /// A new attachment in phase `Adding`: who asked (network, container, interface), the mode,
+    /// the pod netns and the device it holds; nothing applied or found yet.
+    pub fn adding(
+        req: &crate::cni::Request,
+        mode: &str,
+        netns: &Path,
+        device_key: String,
+        host: HostDevice,
+    ) -> Attachment {
+        Attachment {
+            network: req.conf.name.clone(),
+            container_id: req.env.container_id.clone(),
+            ifname: req.env.ifname.clone(),
+            mode: mode.to_string(),
+            phase: Phase::Adding,
+            netns: netns.display().to_string(),
+            device_key,
+            host,
+            pod_ifindex: None,
+            pod_mtu: None,
+            ipam_result: None,
+            child: None,
+            rdma: None,
+            gids: Vec::new(),
+            gid_view: None,
+            perm_changes: Vec::new(),
+            device_info_file: None,
+        }
+    }
+
     pub fn id(&self) -> String {
         attachment_id(&self.container_id, &self.ifname)
     }
