@@ -19,34 +19,30 @@ use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::rdma_nl::NetnsMode;
 use crate::kernel::{Netns, Ns};
 
-/// The PCI function whose ib device goes with the pod interface.
+/// The PCI function whose ib device goes with the pod interface: the device plugin's PCI
+/// deviceID, else the pod interface's parent device. An ID that selects nothing (the RDMA shared
+/// device plugin's index) is logged and the interface decides.
 fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
-    let device_id = match req
-        .conf
-        .runtime_config
-        .device_id
-        .as_deref()
-        .filter(|s| !s.is_empty())
-    {
-        Some(id) => Some(("runtimeConfig.deviceID", id.to_string())),
-        None => req
-            .conf
-            .raw_str("deviceID")?
-            .filter(|s| !s.is_empty())
-            .map(|id| ("deviceID", id)),
-    };
-    if let Some((field, id)) = device_id {
-        return match Selector::from_device_id(field, &id)? {
-            Selector::Pci { address, .. } => Ok(address),
-            other => Err(Error::UnsupportedField {
-                field: field.into(),
-                value: id.clone(),
-                msg: format!(
-                    "chained mode finds ib devices of PCI functions; {} is not one",
-                    other.describe()
-                ),
-            }),
-        };
+    if let Some(id) = crate::attach::config::device_plugin_id(&req.conf)? {
+        match id.selector() {
+            Some(Selector::Pci { address, .. }) => return Ok(address),
+            Some(other) => {
+                return Err(Error::UnsupportedField {
+                    field: id.field.into(),
+                    value: id.value.clone(),
+                    msg: format!(
+                        "chained mode finds ib devices of PCI functions; {} is not one",
+                        other.describe()
+                    ),
+                })
+            }
+            None => crate::log::info(&format!(
+                "{}: {}; the ib device is found from {} in the pod instead",
+                req.env.ifname,
+                id.not_a_selector(),
+                req.env.ifname
+            )),
+        }
     }
     let link = ctx
         .kernel
@@ -188,6 +184,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             std::slice::from_ref(&rec.ibdev),
             &mut plan,
         )?;
+        crate::attach::publish::write_device_info(ctx, req, &mut ready, &[], &mut plan)?;
         ready.phase = Phase::Ready;
         ctx.store.save(&ready)?;
         plan.checkpoint("state")

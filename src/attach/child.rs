@@ -13,12 +13,14 @@ use crate::attach::config::{IpoibModeConf, PluginConf};
 use crate::attach::gids;
 use crate::attach::ipconf::configure_pod_interface;
 use crate::attach::plan::Plan;
-use crate::attach::select::{select_host_device, Selector};
+use crate::attach::rdma_dev::RdmaConf;
+use crate::attach::select::{select_parent, Selector};
 use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
+use crate::kernel::rdma_nl::NetnsMode;
 use crate::kernel::{
     format_hwaddr, Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns,
 };
@@ -43,36 +45,64 @@ pub struct ChildPlan {
     pub summary: String,
 }
 
-/// Which parent: a device plugin's allocation (`runtimeConfig.deviceID`, `deviceID`) wins,
-/// then `master`.
-fn parent_selector(req: &Request, pc: &PluginConf) -> Result<Selector> {
-    if let Some(id) = req
-        .conf
-        .runtime_config
-        .device_id
-        .as_deref()
-        .filter(|s| !s.is_empty())
-    {
-        return Selector::from_device_id("runtimeConfig.deviceID", id);
+/// Which parent: every selector given (a device plugin's PCI or auxiliary `deviceID`, `master`,
+/// `rdmaDevice`) must name the same netdev. A device plugin ID that selects nothing (the RDMA
+/// shared device plugin's index) is logged (and kept in the record, as every mode does).
+fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
+    let (selectors, opaque) = crate::attach::config::parent_selectors(&req.conf)?;
+    if let Some(id) = &opaque {
+        crate::log::info(&format!(
+            "{}: {}; it selects nothing here, the parent comes from master or rdmaDevice",
+            req.env.ifname,
+            id.not_a_selector()
+        ));
     }
-    if let Some(id) = req.conf.raw_str("deviceID")?.filter(|s| !s.is_empty()) {
-        return Selector::from_device_id("deviceID", &id);
-    }
-    match &pc.child.master {
-        Some(m) => Ok(Selector::Name(m.clone())),
-        None => Err(Error::config(
+    if selectors.is_empty() {
+        return Err(Error::config(
             "master",
             format!(
-                "mode {} needs `master` (the parent netdev, e.g. {}) or a deviceID",
+                "mode {} needs `master` (the parent netdev, e.g. {}), `rdmaDevice` (its ib \
+                 device) or a device plugin's PCI deviceID{}",
                 pc.mode.as_str(),
                 if pc.mode == crate::attach::config::Mode::Ipoib {
                     "ib0"
                 } else {
                     "ens1f0np0"
-                }
+                },
+                opaque
+                    .as_ref()
+                    .map(|id| format!(" ({} selects no device)", id.describe()))
+                    .unwrap_or_default()
             ),
-        )),
+        ));
     }
+    Ok(selectors)
+}
+
+/// A child gives the pod a netdev; its ib device is the parent's and stays in the host. In
+/// exclusive RDMA netns mode the pod then sees no ib device at all and RDMA silently fails, so
+/// ADD refuses unless the conf asks for no RDMA (`"rdma": "off"`).
+fn refuse_exclusive_netns_mode(ctx: &Ctx<'_>, pc: &PluginConf, parent: &Link) -> Result<()> {
+    if pc.rdma == RdmaConf::Off {
+        return Ok(());
+    }
+    let mode = ctx
+        .rdma
+        .netns_mode()
+        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
+    if mode != Some(NetnsMode::Exclusive) {
+        return Ok(());
+    }
+    Err(Error::RdmaUnavailable(format!(
+        "mode {} would give the pod a child of {} but no ib device: the RDMA subsystem is in \
+         exclusive netns mode, where the parent's ib device stays in the host netns. Use shared \
+         netns mode with the RDMA shared device plugin (remove `options ib_core netns_mode=0`, \
+         or `rdma system set netns shared` before any pod starts), or mode move (or rdma chained \
+         after sriov) with a VF from the SR-IOV network device plugin; set \"rdma\": \"off\" \
+         to attach the netdev without RDMA",
+        pc.mode.as_str(),
+        parent.name
+    )))
 }
 
 /// Decides kind, MTU and address of a macvlan child of `parent`.
@@ -209,9 +239,10 @@ fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
 }
 
 pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-    let selector = parent_selector(req, pc)?;
+    let selectors = parent_selectors(req, pc)?;
     let netns = open_netns(req.env.netns.as_deref())?;
-    let parent = select_host_device(ctx.kernel, ctx.sys, &selector)?;
+    let parent = select_parent(ctx.kernel, ctx.sys, &selectors)?;
+    refuse_exclusive_netns_mode(ctx, pc, &parent)?;
     let child = match pc.mode {
         crate::attach::config::Mode::Ipoib => plan_ipoib(&parent, pc)?,
         _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
@@ -250,9 +281,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
     // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
     let roce_ports = match (pc.mode, pc.rdma) {
-        (crate::attach::config::Mode::Macvlan, r)
-            if r != crate::attach::rdma_dev::RdmaConf::Off =>
-        {
+        (crate::attach::config::Mode::Macvlan, r) if r != RdmaConf::Off => {
             gids::roce_ports_of(ctx.sys, &parent.name)?
         }
         _ => Vec::new(),
@@ -331,8 +360,9 @@ fn add_steps<'a>(
     att.pod_ifindex = Some(index);
     att.pod_mtu = Some(link.mtu);
 
+    let parent_ibdevs = crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?;
     let perm_ibdevs = match crate::attach::devperm::from_conf(&req.conf)? {
-        Some(_) => crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?,
+        Some(_) => parent_ibdevs.clone(),
         None => Vec::new(),
     };
     crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
@@ -352,6 +382,8 @@ fn add_steps<'a>(
         }
     }
     plan.checkpoint("gids")?;
+
+    crate::attach::publish::write_device_info(ctx, req, att, &parent_ibdevs, plan)?;
 
     // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
     // that takes the pod netns and the child with it.

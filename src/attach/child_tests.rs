@@ -208,15 +208,20 @@ fn request(command: Command, conf: &str, netns: &str) -> Request {
 
 impl World {
     fn new(parent: Link, mode_fields: &str) -> World {
+        let master = format!(r#""master":"{}",{mode_fields}"#, parent.name);
+        World::with_links(vec![parent], &master)
+    }
+
+    /// Host links and the conf's fields (`fields` names the parent itself, if at all).
+    fn with_links(links: Vec<Link>, fields: &str) -> World {
         let tmp = TempDir::new("child");
         let conf = format!(
-            r#"{{"cniVersion":"1.1.0","name":"cn","type":"rdma-ns","master":"{}",{mode_fields},
+            r#"{{"cniVersion":"1.1.0","name":"cn","type":"rdma-ns",{fields},
                 "dataDir":"{}","ipam":{{"type":"fake"}}}}"#,
-            parent.name,
             tmp.path().join("data").display()
         );
         World {
-            kernel: FakeKernel::with_host_links(vec![parent]),
+            kernel: FakeKernel::with_host_links(links),
             ipam: FakeIpam {
                 result: Some(crate::cni::result::CniResult {
                     ips: vec![crate::cni::result::IpConfig {
@@ -270,7 +275,7 @@ impl World {
             .borrow()
             .links
             .iter()
-            .filter(|(_, l)| l.link.is_some())
+            .filter(|(_, l)| l.link.is_some() && l.kind.as_deref() != Some("vlan"))
             .cloned()
             .collect()
     }
@@ -310,6 +315,7 @@ fn a_failed_child_add_at_any_step_leaves_nothing() {
         "up",
         "routes",
         "gids",
+        "device-info",
         "state",
     ] {
         let w = World::new(eth_parent(), r#""mode":"macvlan""#);
@@ -520,4 +526,231 @@ fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
     );
     w.run(Command::Del, POD, None).unwrap();
     assert!(w.children().is_empty(), "DEL found and deleted the child");
+}
+
+/// The mlx5 PF and VF netdevs of the fixture tree, as the kernel reports them over netlink.
+fn mlx5_links() -> Vec<Link> {
+    let link = |index, name: &str, bdf: &str, mac: [u8; 6]| Link {
+        index,
+        name: name.into(),
+        mtu: 1500,
+        hwaddr: mac.to_vec(),
+        up: true,
+        link_type: 1,
+        parent_bus: Some("pci".into()),
+        parent_dev: Some(bdf.into()),
+        ..Default::default()
+    };
+    vec![
+        link(
+            4,
+            "ens1f0np0",
+            "0000:3b:00.0",
+            [0x0c, 0x42, 0xa1, 0x3b, 0, 0],
+        ),
+        link(
+            6,
+            "ens1f0v0",
+            "0000:3b:00.2",
+            [0x0c, 0x42, 0xa1, 0x3b, 0, 2],
+        ),
+        Link {
+            index: 7,
+            name: "ens1f0np0.100".into(),
+            link: Some(4),
+            kind: Some("vlan".into()),
+            ..link(7, "", "", [0x0c, 0x42, 0xa1, 0x3b, 0, 0])
+        },
+    ]
+}
+
+fn on_fixture(mut w: World) -> (World, crate::kernel::rdma::fixtures::SysfsFixture) {
+    let fx = crate::kernel::rdma::fixtures::SysfsFixture::all().unwrap();
+    w.sys = SysRoot::new(fx.path());
+    (w, fx)
+}
+
+#[test]
+fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
+    // What Multus v4 injects for the RDMA shared device plugin's resource: its device index in
+    // deviceID and pciBusID, and in runtimeConfig where the capability is declared.
+    for (parent, fields) in [
+        (
+            eth_parent(),
+            r#""mode":"macvlan","deviceID":"0","pciBusID":"0","runtimeConfig":{"deviceID":"0"}"#,
+        ),
+        (
+            ib_parent(0x80, 2044, true),
+            r#""mode":"ipoib","deviceID":"3""#,
+        ),
+    ] {
+        let w = World::new(parent.clone(), fields);
+        w.run(Command::Add, POD, None).unwrap();
+        let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+        assert_eq!(att.host.name, parent.name, "{fields}");
+        assert!(
+            att.device_id.as_deref() == Some("0") || att.device_id.as_deref() == Some("3"),
+            "{fields}: {:?}",
+            att.device_id
+        );
+        w.run(Command::Del, POD, None).unwrap();
+    }
+    // Without master or rdmaDevice, the index alone names no parent: code 7 saying so.
+    let w = World::with_links(vec![eth_parent()], r#""mode":"macvlan","deviceID":"0""#);
+    let e = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(e.code(), 7, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("master") && msg.contains("deviceID=0"),
+        "{msg}"
+    );
+    assert!(w.children().is_empty());
+}
+
+#[test]
+fn a_pci_device_id_selects_the_parent_and_must_agree_with_master() {
+    let (w, _fx) = on_fixture(World::with_links(
+        mlx5_links(),
+        r#""mode":"macvlan","deviceID":"0000:3b:00.2","rdma":"off""#,
+    ));
+    w.run(Command::Add, POD, None).unwrap();
+    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+    assert_eq!(att.host.name, "ens1f0v0");
+    assert_eq!(att.device_id.as_deref(), Some("0000:3b:00.2"));
+    w.run(Command::Del, POD, None).unwrap();
+
+    let (w, _fx) = on_fixture(World::with_links(
+        mlx5_links(),
+        r#""mode":"macvlan","deviceID":"0000:3b:00.2","master":"ens1f0np0","rdma":"off""#,
+    ));
+    let e = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(e.code(), 7, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("deviceID=0000:3b:00.2")
+            && msg.contains("ens1f0v0")
+            && msg.contains("master=ens1f0np0"),
+        "{msg}"
+    );
+    assert!(w.children().is_empty());
+    assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+
+    let (w, _fx) = on_fixture(World::with_links(
+        mlx5_links(),
+        r#""mode":"macvlan","deviceID":"0000:3b:00.0","master":"ens1f0np0","rdma":"off""#,
+    ));
+    w.run(Command::Add, POD, None).unwrap();
+    assert_eq!(w.children().len(), 1);
+}
+
+#[test]
+fn rdma_device_names_the_parent_netdev() {
+    let (w, _fx) = on_fixture(World::with_links(
+        mlx5_links(),
+        r#""mode":"macvlan","rdmaDevice":"mlx5_0","rdma":"off""#,
+    ));
+    w.run(Command::Add, POD, None).unwrap();
+    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+    assert_eq!(att.host.name, "ens1f0np0");
+    let kids = w.children();
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].1.link, Some(4), "created on the PF netdev");
+
+    let (w, _fx) = on_fixture(World::with_links(
+        mlx5_links(),
+        r#""mode":"macvlan","rdmaDevice":"mlx5_0","master":"ens1f0v0","rdma":"off""#,
+    ));
+    let e = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(e.code(), 7, "{e}");
+    assert!(e.to_string().contains("rdmaDevice=mlx5_0"), "{e}");
+}
+
+#[test]
+fn a_missing_master_is_named_as_master() {
+    let w = World::with_links(
+        vec![eth_parent()],
+        r#""mode":"macvlan","master":"ens9f9np9""#,
+    );
+    let e = w.run(Command::Add, POD, None).unwrap_err();
+    assert_eq!(e.code(), 100, "{e}");
+    assert!(e.to_string().contains("master=ens9f9np9"), "{e}");
+    assert!(!e.to_string().contains("device="), "{e}");
+}
+
+#[test]
+fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
+    for fields in [r#""mode":"macvlan""#, r#""mode":"ipoib""#] {
+        let parent = if fields.contains("ipoib") {
+            ib_parent(0x80, 2044, true)
+        } else {
+            eth_parent()
+        };
+        let mut w = World::new(parent.clone(), fields);
+        w.rdma = FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Exclusive), &[]);
+        let e = w.run(Command::Add, POD, None).unwrap_err();
+        assert_eq!(e.code(), 120, "{fields}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("exclusive") && msg.contains("shared") && msg.contains("\"off\""),
+            "{msg}"
+        );
+        assert!(w.children().is_empty(), "{fields}");
+        assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+
+        let off = format!(r#"{fields},"rdma":"off""#);
+        let mut w = World::new(parent, &off);
+        w.rdma = FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Exclusive), &[]);
+        w.run(Command::Add, POD, None).unwrap();
+        assert_eq!(w.children().len(), 1, "{off}");
+    }
+    let conf = NetConf::parse(
+        br#"{"cniVersion":"1.1.0","name":"n","type":"rdma-ns","mode":"macvlan","rdma":"exclusive"}"#,
+        Command::Add,
+    )
+    .unwrap();
+    assert_eq!(PluginConf::from_conf(&conf).unwrap_err().code(), 2);
+}
+
+#[test]
+fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
+    let tmp = TempDir::new("devinfo");
+    let file = tmp.path().join("devinfo/cni/pod-net1.json");
+    let fields = format!(
+        r#""mode":"macvlan","master":"ens1f0v0","rdma":"off",
+            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
+        file.display()
+    );
+    let (w, _fx) = on_fixture(World::with_links(mlx5_links(), &fields));
+    w.run(Command::Add, POD, None).unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(info["type"], "pci");
+    assert_eq!(info["pci"]["pci-address"], "0000:3b:00.2");
+    assert_eq!(info["pci"]["pf-pci-address"], "0000:3b:00.0");
+    assert_eq!(info["pci"]["rdma-device"], "mlx5_2");
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(!file.exists());
+
+    // Soft-RoCE over a veth: no PCI function, so the ib device alone.
+    let v0 = Link {
+        index: 3,
+        name: "v0".into(),
+        mtu: 1500,
+        hwaddr: vec![0x2a, 0x61, 0xd6, 0x59, 0xe6, 0x10],
+        up: true,
+        link_type: 1,
+        ..Default::default()
+    };
+    let fields = format!(
+        r#""mode":"macvlan","master":"v0","rdma":"off",
+            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
+        file.display()
+    );
+    let (w, _fx) = on_fixture(World::with_links(vec![v0], &fields));
+    w.run(Command::Add, POD, None).unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(info["type"], "pci");
+    assert_eq!(info["pci"]["rdma-device"], "rxe0");
+    assert!(info["pci"].get("pci-address").is_none(), "{info}");
+    w.run(Command::Del, POD, None).unwrap();
+    assert!(!file.exists());
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::attach::select::{normalize_pci, Selector};
+use crate::attach::select::Selector;
 use crate::attach::state::DEFAULT_DATA_DIR;
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
@@ -92,7 +92,18 @@ impl PluginConf {
                 })
             }
         };
-        let mtu = conf.raw_u32("mtu")?;
+        let mtu = conf.raw_u32("mtu").map_err(|_| {
+            Error::config(
+                "mtu",
+                format!(
+                    "must be an integer from 68 to 65535, got {}",
+                    conf.raw
+                        .get("mtu")
+                        .map(|v| v.to_string())
+                        .unwrap_or_default()
+                ),
+            )
+        })?;
         if let Some(m) = mtu {
             if !(68..=65535).contains(&m) {
                 return Err(Error::config(
@@ -123,6 +134,21 @@ impl PluginConf {
             Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
         };
         let rdma = crate::attach::rdma_dev::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
+        if matches!(mode, Mode::Macvlan | Mode::Ipoib)
+            && rdma == crate::attach::rdma_dev::RdmaConf::Exclusive
+        {
+            return Err(Error::UnsupportedField {
+                field: "rdma".into(),
+                value: "exclusive".into(),
+                msg: format!(
+                    "mode {} shares the parent's ib device and never moves one: use auto \
+                     (default; refused in exclusive netns mode) or off",
+                    mode.as_str()
+                ),
+            });
+        }
+        // Checked here so a bad value fails before anything changes, not at the first IPAM call.
+        conf.ipam_timeout()?;
         let gid_timeout = Duration::from_millis(
             conf.raw_u32("gidTimeoutMs")?
                 .map(u64::from)
@@ -140,35 +166,114 @@ impl PluginConf {
     }
 }
 
-/// The move-mode device selector (read by ADD only: DEL, CHECK and GC work from the record).
+/// What a device plugin allocated to the pod, as Multus passes it on.
 ///
-/// Device-plugin selectors (what Multus passes for an allocated device) win over static ones:
-/// `runtimeConfig.deviceID`, then top-level `deviceID`, then `pciBusID`. Among the static
-/// ones exactly one may be given.
-pub fn selector(conf: &NetConf) -> Result<Selector> {
+/// Multus v4 writes the kubelet's device ID into `deviceID` and `pciBusID` of every plugin of
+/// the delegate config (older releases: `deviceID` of the first plugin only), and libcni adds
+/// `runtimeConfig.deviceID` where the conf declares the `deviceID` capability. What the ID is
+/// depends on the device plugin: the SR-IOV network device plugin and ib-sriov pass a PCI
+/// address (or an auxiliary SF name for auxNetDevice pools); the RDMA shared device plugin
+/// names its devices `"0"`, `"1"`, ... up to its `rdmaHcaMax`, which select nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceId {
+    pub field: &'static str,
+    pub value: String,
+}
+
+impl DeviceId {
+    /// The device this ID selects: a PCI function or an auxiliary device. None for an ID that is
+    /// neither, such as a shared device plugin's index.
+    pub fn selector(&self) -> Option<Selector> {
+        Selector::from_device_id(self.field, &self.value)
+    }
+
+    /// The conf field and value, for messages.
+    pub fn describe(&self) -> String {
+        format!("{}={}", self.field, self.value)
+    }
+
+    /// Why this ID selects nothing, for the log and errors.
+    pub fn not_a_selector(&self) -> String {
+        let looks_like = if !self.value.is_empty() && self.value.bytes().all(|b| b.is_ascii_digit())
+        {
+            " (it looks like an index of the RDMA shared device plugin, which names its devices \
+             0, 1, ... up to rdmaHcaMax)"
+        } else {
+            ""
+        };
+        format!(
+            "{:?} in {} is neither a PCI address (0000:3b:00.2) nor an auxiliary device name \
+             (mlx5_core.sf.4){looks_like}",
+            self.value, self.field
+        )
+    }
+}
+
+/// The device plugin's allocation, in the one order of precedence every mode uses:
+/// `runtimeConfig.deviceID` (the capability), then `deviceID`, then `pciBusID`. Empty values
+/// count as absent.
+pub fn device_plugin_id(conf: &NetConf) -> Result<Option<DeviceId>> {
     if let Some(id) = conf
         .runtime_config
         .device_id
         .as_deref()
         .filter(|s| !s.is_empty())
     {
-        return Selector::from_device_id("runtimeConfig.deviceID", id);
+        return Ok(Some(DeviceId {
+            field: "runtimeConfig.deviceID",
+            value: id.to_string(),
+        }));
     }
-    if let Some(id) = conf.raw_str("deviceID")?.filter(|s| !s.is_empty()) {
-        return Selector::from_device_id("deviceID", &id);
+    for field in ["deviceID", "pciBusID"] {
+        if let Some(value) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
+            return Ok(Some(DeviceId { field, value }));
+        }
     }
-    if let Some(id) = conf.raw_str("pciBusID")?.filter(|s| !s.is_empty()) {
-        let address = normalize_pci(&id).ok_or_else(|| {
-            Error::config(
-                "pciBusID",
-                format!("{id:?} is not a PCI address like 0000:3b:00.2"),
-            )
-        })?;
-        return Ok(Selector::Pci {
-            field: "pciBusID",
-            address,
-        });
+    Ok(None)
+}
+
+/// The move-mode device selector (read by ADD only: DEL, CHECK and GC work from the record).
+///
+/// A device plugin's ID that names a PCI function or an auxiliary device wins over the static
+/// selectors, because Multus adds it to whatever the conf holds. An ID that names neither (the
+/// RDMA shared device plugin's index) gives way to a static selector; alone it is an error,
+/// since move mode needs a whole device. Among the static selectors exactly one may be given.
+pub fn selector(conf: &NetConf) -> Result<Selector> {
+    let id = device_plugin_id(conf)?;
+    if let Some(s) = id.as_ref().and_then(DeviceId::selector) {
+        return Ok(s);
     }
+    match (static_selector(conf)?, id) {
+        (Some(s), Some(id)) => {
+            crate::log::info(&format!(
+                "{}; selecting the device by {} instead",
+                id.not_a_selector(),
+                s.describe()
+            ));
+            Ok(s)
+        }
+        (Some(s), None) => Ok(s),
+        (None, Some(id)) => Err(Error::config(
+            id.field,
+            format!(
+                "{}: move mode moves a whole netdev and needs a device of its own, such as a VF \
+                 from the SR-IOV network device plugin (whose deviceID is the VF's PCI address), \
+                 or a `device` (or hwaddr, kernelpath, rdmaDevice) in the conf; for the shared \
+                 device plugin use mode macvlan or ipoib",
+                id.not_a_selector()
+            ),
+        )),
+        (None, None) => Err(Error::config(
+            "device",
+            "move mode needs one of device, hwaddr, kernelpath, rdmaDevice, pciBusID or \
+             deviceID (or runtimeConfig.deviceID from a device plugin)",
+        )),
+    }
+}
+
+/// The one static selector of the conf (`device`, `hwaddr`, `kernelpath`, `rdmaDevice`), if
+/// any; several is an error.
+fn static_selector(conf: &NetConf) -> Result<Option<Selector>> {
     let mut given = Vec::new();
     for field in STATIC_SELECTORS {
         if let Some(v) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
@@ -176,54 +281,8 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
         }
     }
     match given.as_slice() {
-        [] => Err(Error::config(
-            "device",
-            "move mode needs one of device, hwaddr, kernelpath, rdmaDevice, pciBusID or \
-             deviceID (or runtimeConfig.deviceID from a device plugin)",
-        )),
-        [(field, value)] => match *field {
-            "device" => {
-                if value.len() > 15
-                    || value.contains(['/', ':'])
-                    || value.contains(char::is_whitespace)
-                {
-                    return Err(Error::config(
-                        "device",
-                        format!("{value:?} is not a valid netdev name"),
-                    ));
-                }
-                Ok(Selector::Name(value.clone()))
-            }
-            "rdmaDevice" => {
-                if value.is_empty()
-                    || value.len() > 64
-                    || value.contains(['/', '\0'])
-                    || value == ".."
-                    || value == "."
-                {
-                    return Err(Error::config(
-                        "rdmaDevice",
-                        format!("{value:?} is not an ib device name"),
-                    ));
-                }
-                Ok(Selector::IbDevice(value.clone()))
-            }
-            "hwaddr" => parse_hwaddr(value).map(Selector::HwAddr).ok_or_else(|| {
-                Error::config(
-                    "hwaddr",
-                    format!("{value:?} is not a hardware address like 02:00:00:00:00:01"),
-                )
-            }),
-            _ => {
-                if !value.starts_with("/sys/") || value.contains("/../") || value.ends_with("/..") {
-                    return Err(Error::config(
-                        "kernelpath",
-                        format!("{value:?} must be a path under /sys/ such as /sys/devices/pci0000:00/0000:00:02.0/0000:3b:00.2"),
-                    ));
-                }
-                Ok(Selector::KernelPath(value.clone()))
-            }
-        },
+        [] => Ok(None),
+        [(field, value)] => static_value(field, value).map(Some),
         several => Err(Error::config(
             several[0].0,
             format!(
@@ -236,6 +295,76 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
             ),
         )),
     }
+}
+
+/// Parses one static selector's value; `device` and `master` are netdev names.
+fn static_value(field: &'static str, value: &str) -> Result<Selector> {
+    match field {
+        "device" | "master" => {
+            if value.len() > 15 || value.contains(['/', ':']) || value.contains(char::is_whitespace)
+            {
+                return Err(Error::config(
+                    field,
+                    format!("{value:?} is not a valid netdev name"),
+                ));
+            }
+            Ok(Selector::Name {
+                field,
+                name: value.to_string(),
+            })
+        }
+        "rdmaDevice" => {
+            if value.is_empty()
+                || value.len() > 64
+                || value.contains(['/', '\0'])
+                || value == ".."
+                || value == "."
+            {
+                return Err(Error::config(
+                    "rdmaDevice",
+                    format!("{value:?} is not an ib device name"),
+                ));
+            }
+            Ok(Selector::IbDevice(value.to_string()))
+        }
+        "hwaddr" => parse_hwaddr(value).map(Selector::HwAddr).ok_or_else(|| {
+            Error::config(
+                "hwaddr",
+                format!("{value:?} is not a hardware address like 02:00:00:00:00:01"),
+            )
+        }),
+        _ => {
+            if !value.starts_with("/sys/") || value.contains("/../") || value.ends_with("/..") {
+                return Err(Error::config(
+                    "kernelpath",
+                    format!("{value:?} must be a path under /sys/ such as /sys/devices/pci0000:00/0000:00:02.0/0000:3b:00.2"),
+                ));
+            }
+            Ok(Selector::KernelPath(value.to_string()))
+        }
+    }
+}
+
+/// The parent of a macvlan or ipoib child, as every selector given names it: a device plugin's
+/// PCI or auxiliary ID, `master` (a name or altname) and `rdmaDevice` (an ib device: its RoCE or
+/// IPoIB netdev). Each one given must name the same netdev; the caller resolves and compares
+/// them. A device plugin ID that selects nothing (a shared device plugin's index) is returned
+/// apart, to be logged and recorded.
+pub fn parent_selectors(conf: &NetConf) -> Result<(Vec<Selector>, Option<DeviceId>)> {
+    let mut selectors = Vec::new();
+    let mut opaque = None;
+    if let Some(id) = device_plugin_id(conf)? {
+        match id.selector() {
+            Some(s) => selectors.push(s),
+            None => opaque = Some(id),
+        }
+    }
+    for field in ["master", "rdmaDevice"] {
+        if let Some(v) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
+            selectors.push(static_value(field, &v)?);
+        }
+    }
+    Ok((selectors, opaque))
 }
 
 fn child_conf(conf: &NetConf, mode: Mode) -> Result<ChildConf> {
@@ -333,6 +462,115 @@ pub fn parse_pkey(value: &serde_json::Value) -> Result<u16> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn conf(fields: serde_json::Value) -> NetConf {
+        let mut base = json!({"cniVersion": "1.1.0", "name": "n", "type": "rdma-ns"});
+        for (k, v) in fields.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        NetConf::parse(base.to_string().as_bytes(), crate::cni::Command::Add).unwrap()
+    }
+
+    #[test]
+    fn move_mode_takes_a_pci_or_aux_device_id_over_static_selectors() {
+        let pci = |field| Selector::Pci {
+            field,
+            address: "0000:3b:00.2".into(),
+        };
+        // Multus v4: deviceID and pciBusID, plus runtimeConfig.deviceID with the capability.
+        let v4 = conf(
+            json!({"deviceID": "0000:3b:00.2", "pciBusID": "0000:3b:00.2",
+                             "runtimeConfig": {"deviceID": "3b:00.2"}, "device": "eth9"}),
+        );
+        assert_eq!(selector(&v4).unwrap(), pci("runtimeConfig.deviceID"));
+        let legacy = conf(json!({"deviceID": "0000:3b:00.2"}));
+        assert_eq!(selector(&legacy).unwrap(), pci("deviceID"));
+        let bus_id = conf(json!({"pciBusID": "0000:3b:00.2"}));
+        assert_eq!(selector(&bus_id).unwrap(), pci("pciBusID"));
+        let aux = conf(json!({"deviceID": "mlx5_core.sf.4"}));
+        assert_eq!(
+            selector(&aux).unwrap(),
+            Selector::Aux {
+                field: "deviceID",
+                name: "mlx5_core.sf.4".into()
+            }
+        );
+    }
+
+    #[test]
+    fn move_mode_lets_an_explicit_selector_win_over_a_shared_plugin_index() {
+        for fields in [
+            json!({"deviceID": "0", "pciBusID": "0", "device": "ens1f0v0"}),
+            json!({"runtimeConfig": {"deviceID": "1"}, "device": "ens1f0v0"}),
+        ] {
+            assert_eq!(
+                selector(&conf(fields.clone())).unwrap(),
+                Selector::Name {
+                    field: "device",
+                    name: "ens1f0v0".into()
+                },
+                "{fields}"
+            );
+        }
+        assert_eq!(
+            selector(&conf(json!({"deviceID": "0", "rdmaDevice": "mlx5_2"}))).unwrap(),
+            Selector::IbDevice("mlx5_2".into())
+        );
+    }
+
+    #[test]
+    fn move_mode_with_only_a_shared_plugin_index_says_what_to_use() {
+        let e = selector(&conf(json!({"deviceID": "0", "pciBusID": "0"}))).unwrap_err();
+        assert_eq!(e.code(), 7);
+        let msg = e.to_string();
+        for needle in [
+            "deviceID",
+            "\"0\"",
+            "RDMA shared device plugin",
+            "SR-IOV network device plugin",
+            "`device`",
+        ] {
+            assert!(msg.contains(needle), "{needle}: {msg}");
+        }
+        let e = selector(&conf(json!({"deviceID": "eth0"}))).unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(!e.to_string().contains("index"), "{e}");
+    }
+
+    #[test]
+    fn child_parent_selectors_collect_every_given_one() {
+        let (sel, opaque) = parent_selectors(&conf(
+            json!({"deviceID": "0", "pciBusID": "0", "master": "ens1f0np0"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            sel,
+            vec![Selector::Name {
+                field: "master",
+                name: "ens1f0np0".into()
+            }]
+        );
+        assert_eq!(opaque.unwrap().value, "0");
+        let (sel, opaque) = parent_selectors(&conf(
+            json!({"deviceID": "0000:3b:00.0", "master": "ens1f0np0", "rdmaDevice": "mlx5_0"}),
+        ))
+        .unwrap();
+        assert_eq!(sel.len(), 3);
+        assert!(opaque.is_none());
+        assert_eq!(
+            parent_selectors(&conf(json!({"master": "a/b"})))
+                .unwrap_err()
+                .code(),
+            7
+        );
+    }
+
+    #[test]
+    fn an_mtu_of_the_wrong_type_names_the_real_range() {
+        let e = PluginConf::from_conf(&conf(json!({"mtu": "9000"}))).unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(e.to_string().contains("68 to 65535"), "{e}");
+    }
 
     #[test]
     fn pkeys_parse_as_the_kernel_takes_them() {

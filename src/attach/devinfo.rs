@@ -53,8 +53,10 @@ pub struct DeviceInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PciDevice {
-    /// Required: `dddd:BB:DD.f`.
-    pub pci_address: String,
+    /// `dddd:BB:DD.f`. The spec requires it; it is left out only for an ib device with no PCI
+    /// function at all (Soft-RoCE over a virtual netdev), where `rdma-device` is all there is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost_net: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,7 +72,7 @@ pub struct PciDevice {
 impl PciDevice {
     pub fn new(pci_address: impl Into<String>) -> PciDevice {
         PciDevice {
-            pci_address: pci_address.into(),
+            pci_address: Some(pci_address.into()),
             vhost_net: None,
             rdma_device: None,
             pf_pci_address: None,
@@ -142,6 +144,15 @@ pub fn for_pci(rdma: &RdmaSysfs<'_>, bdf: &str) -> Result<DeviceInfo> {
         pci.rdma_device = Some(func.ib_devices.join(","));
     }
     Ok(DeviceInfo::pci(pci))
+}
+
+/// Device info for ib devices that have no PCI function (rxe over a veth): `type` pci with
+/// `rdma-device` alone, so a pod still learns which HCA is its own.
+pub fn for_rdma_devices(ib_devices: &[String]) -> DeviceInfo {
+    let mut pci = PciDevice::new("");
+    pci.pci_address = None;
+    pci.rdma_device = Some(ib_devices.join(","));
+    DeviceInfo::pci(pci)
 }
 
 /// Device info for a netdev's or ib device's parent device: a PCI function gets

@@ -216,7 +216,7 @@ fn add_steps<'a>(
     }
     plan.checkpoint("gids")?;
 
-    publish::write_device_info(ctx, req, att, plan)?;
+    publish::write_device_info(ctx, req, att, &[], plan)?;
 
     crate::attach::ipconf::finish_add(ctx, req, netns, att, &pod_link, result, plan)
 }
@@ -787,7 +787,7 @@ fn explain_held(
             && a.ifname == req.env.ifname;
         !same_attachment
             && match selector {
-                Selector::Name(n) => &a.host.name == n,
+                Selector::Name { name, .. } => &a.host.name == name,
                 Selector::HwAddr(h) => a.host.hwaddr == format_hwaddr(h),
                 Selector::Pci { address, .. } => a.host.pci.as_deref() == Some(address),
                 _ => false,

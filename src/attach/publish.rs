@@ -78,27 +78,33 @@ pub fn release_permissions(ctx: &Ctx<'_>, att: &Attachment) -> Result<()> {
 }
 
 /// Step `device-info`: writes the NPWG device-info file at `runtimeConfig.CNIDeviceInfoFile`
-/// for the attachment's PCI function (move mode), keeping what a device plugin already wrote
-/// there for the same function. Undo puts back what was there.
+/// for the attachment's PCI function (the moved device, a child's parent, a chained VF), keeping
+/// what a device plugin already wrote there for the same function. Without a PCI function,
+/// `ib_devices` (a child parent's ib devices) are written alone. Undo puts back what was there.
 pub fn write_device_info<'a>(
     ctx: &'a Ctx<'a>,
     req: &Request,
     att: &mut Attachment,
+    ib_devices: &[String],
     plan: &mut Plan<'a>,
 ) -> Result<()> {
     let Some(path) = devinfo::path_from_conf(&req.conf)? else {
         return plan.checkpoint("device-info");
     };
-    let Some(pci) = att.host.pci.clone() else {
-        crate::log::info(&format!(
-            "{}: no PCI function, so no device-info file is written at {}",
-            att.host.name,
-            path.display()
-        ));
-        return plan.checkpoint("device-info");
+    let info = match (&att.host.pci, ib_devices) {
+        (Some(pci), _) => devinfo::for_pci(&RdmaSysfs::new(ctx.sys), pci)?,
+        (None, []) => {
+            crate::log::info(&format!(
+                "{}: no PCI function and no ib device, so no device-info file is written at {}",
+                att.host.name,
+                path.display()
+            ));
+            return plan.checkpoint("device-info");
+        }
+        (None, ibdevs) => devinfo::for_rdma_devices(ibdevs),
     };
     let prev = devinfo::read(&path)?;
-    let info = devinfo::for_pci(&RdmaSysfs::new(ctx.sys), &pci)?.merged_over(prev.as_ref());
+    let info = info.merged_over(prev.as_ref());
     devinfo::write(&path, &info)?;
     att.device_info_file = Some(path.display().to_string());
     let undo_path: PathBuf = path.clone();

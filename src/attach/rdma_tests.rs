@@ -462,6 +462,50 @@ mod chained {
     }
 
     #[test]
+    fn a_shared_device_plugin_index_leaves_the_pod_interface_to_decide() {
+        let w = World::new(vec![]);
+        w.kernel.state.borrow_mut().links.push((
+            POD.into(),
+            Link {
+                index: 12,
+                name: "net1".into(),
+                hwaddr: vec![2, 0, 0, 0, 0, 10],
+                parent_dev: Some("0000:3b:00.2".into()),
+                parent_bus: Some("pci".into()),
+                ..Default::default()
+            },
+        ));
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        let fields = format!(r#""deviceID":"0","pciBusID":"0",{}"#, prev());
+        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
+        let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
+        assert_eq!(att.device_id.as_deref(), Some("0"));
+        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+    }
+
+    #[test]
+    fn chained_mode_writes_the_vfs_device_info_and_removes_it_on_del() {
+        let w = World::new(vec![]);
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        let file = w.fx.path().join("devinfo/net1.json");
+        let fields = format!(
+            r#""deviceID":"0000:3b:00.2","runtimeConfig":{{"CNIDeviceInfoFile":"{}"}},{}"#,
+            file.display(),
+            prev()
+        );
+        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
+        let info: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(info["pci"]["pci-address"], "0000:3b:00.2");
+        assert_eq!(info["pci"]["rdma-device"], "mlx5_2");
+        assert_eq!(info["pci"]["pf-pci-address"], "0000:3b:00.0");
+        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+        assert!(!file.exists());
+    }
+
+    #[test]
     fn errors_are_clear_and_leave_nothing() {
         let w = World::new(vec![]);
         let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);

@@ -11,8 +11,8 @@ use crate::kernel::{format_hwaddr, Link, NetOps, Ns};
 /// How the operator (or a device plugin through Multus) named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
-    /// `device`: the netdev name in the host.
-    Name(String),
+    /// `device` (move mode) or `master` (child modes): a netdev name or altname in the host.
+    Name { field: &'static str, name: String },
     /// `hwaddr`: the MAC (or 20-byte IPoIB) address, matched against the current and the
     /// permanent address.
     HwAddr(Vec<u8>),
@@ -33,7 +33,7 @@ impl Selector {
     /// The conf field this selector came from and its value, for messages.
     pub fn describe(&self) -> String {
         match self {
-            Selector::Name(n) => format!("device={n}"),
+            Selector::Name { field, name } => format!("{field}={name}"),
             Selector::HwAddr(a) => format!("hwaddr={}", format_hwaddr(a)),
             Selector::KernelPath(p) => format!("kernelpath={p}"),
             Selector::Pci { field, address } => format!("{field}={address}"),
@@ -42,25 +42,17 @@ impl Selector {
         }
     }
 
-    /// Parses a device plugin's `deviceID`: a PCI address (`0000:3b:00.2`, or the short
-    /// `3b:00.2` form, normalized to domain 0000) or an auxiliary device name.
-    pub fn from_device_id(field: &'static str, value: &str) -> Result<Selector> {
+    /// The device a device plugin's ID names: a PCI address (`0000:3b:00.2`, or the short
+    /// `3b:00.2` form, normalized to domain 0000) or an auxiliary device name. None for anything
+    /// else (see `config::DeviceId`).
+    pub fn from_device_id(field: &'static str, value: &str) -> Option<Selector> {
         if let Some(address) = normalize_pci(value) {
-            return Ok(Selector::Pci { field, address });
+            return Some(Selector::Pci { field, address });
         }
-        if is_aux_name(value) {
-            return Ok(Selector::Aux {
-                field,
-                name: value.to_string(),
-            });
-        }
-        Err(Error::config(
+        is_aux_name(value).then(|| Selector::Aux {
             field,
-            format!(
-                "{value:?} is neither a PCI address (0000:3b:00.2) nor an auxiliary device \
-                 name (mlx5_core.sf.4)"
-            ),
-        ))
+            name: value.to_string(),
+        })
     }
 }
 
@@ -102,10 +94,12 @@ fn is_aux_name(text: &str) -> bool {
 pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selector) -> Result<Link> {
     let lookup_err = |e| Error::kernel(format!("looking up {}", selector.describe()), e);
     match selector {
-        Selector::Name(name) => match kernel.link_by_name(Ns::Host, name).map_err(lookup_err)? {
-            Some(link) => Ok(link),
-            None => Err(not_found(selector, &[])),
-        },
+        Selector::Name { name, .. } => {
+            match kernel.link_by_name(Ns::Host, name).map_err(lookup_err)? {
+                Some(link) => Ok(link),
+                None => Err(not_found(selector, &[])),
+            }
+        }
         Selector::HwAddr(addr) => {
             let matches = kernel
                 .links_with_hwaddr(Ns::Host, addr)
@@ -150,6 +144,48 @@ pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selecto
             names.dedup();
             links_named(kernel, selector, names)
         }
+    }
+}
+
+/// The parent of a child interface: the one host link every selector names (an ib device's
+/// netdevs come from its function's `net/` directory, so P_Key and macvlan children, being
+/// virtual, are never among them). Selectors that name different links are a conf error
+/// naming both.
+pub fn select_parent(kernel: &dyn NetOps, sys: &SysRoot, selectors: &[Selector]) -> Result<Link> {
+    let mut chosen: Option<(&Selector, Link)> = None;
+    for selector in selectors {
+        let link = select_host_device(kernel, sys, selector)?;
+        match &chosen {
+            None => chosen = Some((selector, link)),
+            Some((first, l)) if l.index != link.index => {
+                return Err(Error::config(
+                    selector_field(selector),
+                    format!(
+                        "{} names {}, but {} names {}: they must name the same parent netdev; \
+                         drop one of them or make them agree",
+                        first.describe(),
+                        l.name,
+                        selector.describe(),
+                        link.name
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    chosen
+        .map(|(_, l)| l)
+        .ok_or_else(|| Error::config("master", "no parent selector given"))
+}
+
+fn selector_field(selector: &Selector) -> &'static str {
+    match selector {
+        Selector::Name { field, .. }
+        | Selector::Pci { field, .. }
+        | Selector::Aux { field, .. } => field,
+        Selector::HwAddr(_) => "hwaddr",
+        Selector::KernelPath(_) => "kernelpath",
+        Selector::IbDevice(_) => "rdmaDevice",
     }
 }
 
@@ -247,9 +283,12 @@ mod tests {
                 name: "mlx5_core.sf.4".into()
             }
         );
-        let err = Selector::from_device_id("deviceID", "eth0").unwrap_err();
-        assert_eq!(err.code(), 7);
-        assert!(err.to_string().contains("deviceID"), "{err}");
-        assert!(Selector::from_device_id("deviceID", "../../x.y.1").is_err());
+        for not_a_device in ["eth0", "0", "12", "../../x.y.1", ""] {
+            assert_eq!(
+                Selector::from_device_id("deviceID", not_a_device),
+                None,
+                "{not_a_device}"
+            );
+        }
     }
 }

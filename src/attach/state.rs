@@ -99,6 +99,10 @@ pub struct Attachment {
     /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<String>,
+    /// The device plugin's ID as Multus passed it (`runtimeConfig.deviceID`, `deviceID` or
+    /// `pciBusID`), also when it selected nothing (a shared device plugin's index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<String>,
 }
 
 /// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
@@ -164,6 +168,11 @@ impl Attachment {
             gid_view: None,
             perm_changes: Vec::new(),
             device_info_file: None,
+            // Parsed without error before any mode gets here.
+            device_id: crate::attach::config::device_plugin_id(&req.conf)
+                .ok()
+                .flatten()
+                .map(|id| id.value),
         }
     }
 
@@ -504,6 +513,7 @@ mod tests {
             gid_view: None,
             perm_changes: Vec::new(),
             device_info_file: None,
+            device_id: Some("0".into()),
         }
     }
 

@@ -10,6 +10,12 @@ use crate::cni::result::{CniResult, Dns};
 use crate::cni::version;
 use crate::error::{Error, Result};
 
+/// Default `ipamTimeoutMs`. Long enough for a cluster IPAM that retries against the Kubernetes API
+/// (whereabouts) under load; short enough that a hung one fails the ADD with a named error well
+/// before the kubelet gives up on the sandbox (its CRI calls for sandboxes time out after twice
+/// runtime-request-timeout, 4 minutes by default) and retries the pod.
+pub const DEFAULT_IPAM_TIMEOUT_MS: u64 = 60_000;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetConf {
     pub cni_version: String,
@@ -152,6 +158,19 @@ impl NetConf {
     /// The IPAM plugin's name, from `ipam.type`.
     pub fn ipam_type(&self) -> Option<&str> {
         self.ipam.as_ref()?.get("type")?.as_str()
+    }
+
+    /// `ipamTimeoutMs`: how long a delegated IPAM plugin may run before it is killed.
+    pub fn ipam_timeout(&self) -> Result<std::time::Duration> {
+        match self.raw_u32("ipamTimeoutMs")? {
+            None => Ok(std::time::Duration::from_millis(DEFAULT_IPAM_TIMEOUT_MS)),
+            Some(0) => Err(Error::config(
+                "ipamTimeoutMs",
+                "0 would kill every IPAM plugin at once; give milliseconds, at least 1 (default \
+                 60000)",
+            )),
+            Some(ms) => Ok(std::time::Duration::from_millis(u64::from(ms))),
+        }
     }
 
     /// A plugin-specific string field; null counts as absent.

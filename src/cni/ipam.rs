@@ -4,10 +4,12 @@
 //! environment and the same stdin, changing only CNI_COMMAND, and pass its errors up.
 
 use std::ffi::OsStr;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -64,8 +66,14 @@ pub fn find_plugin(ipam_type: &str, dirs: &[PathBuf]) -> Result<PathBuf> {
 }
 
 /// Runs `plugin` for `command` with this process's environment (CNI_COMMAND replaced) and
-/// `stdin`. Ok(None) when it succeeded and printed nothing (DEL, CHECK, STATUS, GC).
-pub fn exec(plugin: &Path, command: Command, stdin: &[u8]) -> Result<Option<Value>> {
+/// `stdin`. Ok(None) when it succeeded and printed nothing (DEL, CHECK, STATUS, GC). A plugin
+/// still running after `timeout` is killed and reaped, and that is an error naming both.
+pub fn exec(
+    plugin: &Path,
+    command: Command,
+    stdin: &[u8],
+    timeout: Duration,
+) -> Result<Option<Value>> {
     let name = plugin_name(plugin);
     let mut attempt = 1;
     let mut child = loop {
@@ -108,15 +116,31 @@ pub fn exec(plugin: &Path, command: Command, stdin: &[u8]) -> Result<Option<Valu
         let input = stdin.to_vec();
         Some(std::thread::spawn(move || pipe.write_all(&input)))
     };
-    let output = child.wait_with_output().map_err(|e| {
-        Error::IpamExec(format!("waiting for IPAM plugin `{name}` ({command}): {e}"))
-    })?;
+    let deadline = Instant::now() + timeout;
+    let outcome = read_until_exit(&mut child, deadline);
+    if outcome.is_err() {
+        // SIGKILL and reap: nothing of the plugin outlives this call, and the caller's undo (IPAM
+        // DEL included) runs after it is gone.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     if let Some(writer) = writer {
         let _ = writer.join();
     }
+    let output = outcome.map_err(|e| match e {
+        Wait::TimedOut => Error::IpamExec(format!(
+            "IPAM plugin `{name}` ({command}) did not finish within ipamTimeoutMs={} and was \
+             killed; check the plugin and what it depends on (whereabouts: the Kubernetes API; \
+             dhcp: its daemon) or raise ipamTimeoutMs",
+            timeout.as_millis()
+        )),
+        Wait::Io(e) => {
+            Error::IpamExec(format!("waiting for IPAM plugin `{name}` ({command}): {e}"))
+        }
+    })?;
 
-    let stdout = output.stdout;
-    if output.status.success() {
+    let (status, stdout) = output;
+    if status.success() {
         if stdout.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
@@ -128,9 +152,9 @@ pub fn exec(plugin: &Path, command: Command, stdin: &[u8]) -> Result<Option<Valu
         });
     }
 
-    let status = match output.status.code() {
+    let status = match status.code() {
         Some(code) => format!("exited with status {code}"),
-        None => format!("was killed ({})", output.status),
+        None => format!("was killed ({status})"),
     };
     match parse_error(&stdout) {
         Some((code, msg, details)) => Err(Error::Delegated {
@@ -147,6 +171,55 @@ pub fn exec(plugin: &Path, command: Command, stdin: &[u8]) -> Result<Option<Valu
             "IPAM plugin `{name}` ({command}) {status} and printed no CNI error: {}",
             excerpt(&stdout)
         ))),
+    }
+}
+
+enum Wait {
+    TimedOut,
+    Io(std::io::Error),
+}
+
+/// The plugin's stdout up to EOF and its exit status, or `TimedOut` at `deadline`. Polls the
+/// pipe rather than sleeping, so a plugin that answers at once costs no extra latency.
+fn read_until_exit(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> std::result::Result<(ExitStatus, Vec<u8>), Wait> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut pipe = child.stdout.take().expect("stdout was requested as a pipe");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Wait::TimedOut);
+        }
+        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, wait) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(Wait::Io(e.into())),
+        }
+        match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Wait::Io(e)),
+        }
+    }
+    // EOF: the plugin closed stdout, almost always by exiting. One that lingers after that is
+    // still held to the deadline.
+    let mut pause = Duration::from_micros(200);
+    loop {
+        if let Some(status) = child.try_wait().map_err(Wait::Io)? {
+            return Ok((status, out));
+        }
+        if Instant::now() >= deadline {
+            return Err(Wait::TimedOut);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -208,7 +281,7 @@ pub fn plugin_for(req: &Request) -> Result<PathBuf> {
 /// Runs the request's IPAM plugin for `command` with `stdin` (normally `req.stdin`; a plugin
 /// may pass a rewritten conf).
 pub fn delegate(req: &Request, command: Command, stdin: &[u8]) -> Result<Option<Value>> {
-    exec(&plugin_for(req)?, command, stdin)
+    exec(&plugin_for(req)?, command, stdin, req.conf.ipam_timeout()?)
 }
 
 /// ADD: allocates addresses; the IPAM result is read in its own cniVersion.
@@ -219,7 +292,7 @@ pub fn add(req: &Request) -> Result<CniResult> {
 pub fn add_with_stdin(req: &Request, stdin: &[u8]) -> Result<CniResult> {
     let plugin = plugin_for(req)?;
     let name = plugin_name(&plugin);
-    let value = exec(&plugin, Command::Add, stdin)?.ok_or_else(|| {
+    let value = exec(&plugin, Command::Add, stdin, req.conf.ipam_timeout()?)?.ok_or_else(|| {
         Error::IpamExec(format!(
             "IPAM plugin `{name}` (ADD) succeeded but printed no result"
         ))
@@ -287,6 +360,9 @@ mod tests {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+
+    /// A timeout no test plugin gets near.
+    const LONG: Duration = Duration::from_secs(60);
 
     const RESULT_040: &str = r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.9.0.5/24","gateway":"10.9.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.9.0.1"}],"dns":{"nameservers":["10.9.0.53"]}}"#;
 
@@ -363,7 +439,7 @@ mod tests {
         let dir = TempDir::new();
         let plugin = recording_plugin(&dir, "ipam", RESULT_040, 0);
         let stdin = br#"{"cniVersion":"0.4.0","name":"n"}"#;
-        let out = exec(&plugin, Command::Check, stdin).unwrap().unwrap();
+        let out = exec(&plugin, Command::Check, stdin, LONG).unwrap().unwrap();
         assert_eq!(out["ips"][0]["address"], "10.9.0.5/24");
         assert_eq!(std::fs::read(dir.0.join("ipam.stdin")).unwrap(), stdin);
         assert_eq!(
@@ -372,7 +448,84 @@ mod tests {
         );
 
         let quiet = dir.script("quiet", "cat >/dev/null\nexit 0");
-        assert_eq!(exec(&quiet, Command::Del, b"{}").unwrap(), None);
+        assert_eq!(exec(&quiet, Command::Del, b"{}", LONG).unwrap(), None);
+    }
+
+    #[test]
+    fn a_plugin_that_hangs_is_killed_and_reaped_at_the_timeout() {
+        let dir = TempDir::new();
+        let hang = dir.script("whereabouts", "echo $$ > \"$0.pid\"\nexec sleep 30");
+        let started = Instant::now();
+        let e = exec(&hang, Command::Add, b"{}", Duration::from_millis(300)).unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(e.code(), 107, "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("`whereabouts` (ADD)"), "{msg}");
+        assert!(msg.contains("ipamTimeoutMs=300"), "{msg}");
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        let pid: i32 = std::fs::read_to_string(dir.0.join("whereabouts.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Reaped, not merely signalled: the pid no longer names any process, not even a zombie.
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "IPAM plugin {pid} outlived the timeout"
+        );
+
+        // The same probe finds the plugin while it runs: one that hangs past this test's own
+        // short wait still has its /proc entry.
+        let probe = dir.script("probe", "echo $$ > \"$0.pid\"\nexec sleep 30");
+        let mut running = std::process::Command::new(&probe).spawn().unwrap();
+        let pid_file = dir.0.join("probe.pid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pid_file.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(Path::new(&format!("/proc/{}", pid.trim())).exists());
+        running.kill().unwrap();
+        running.wait().unwrap();
+    }
+
+    #[test]
+    fn a_slow_plugin_within_the_timeout_succeeds() {
+        let dir = TempDir::new();
+        let slow = dir.script(
+            "slow",
+            &format!("sleep 0.2\ncat <<'EOF'\n{RESULT_040}\nEOF"),
+        );
+        let out = exec(&slow, Command::Add, b"{}", Duration::from_secs(20))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out["ips"][0]["address"], "10.9.0.5/24");
+    }
+
+    #[test]
+    fn ipam_timeout_defaults_and_refuses_zero() {
+        let conf = |extra: &str| {
+            NetConf::parse(
+                format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"rdma-ns"{extra}}}"#)
+                    .as_bytes(),
+                Command::Add,
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            conf("").ipam_timeout().unwrap(),
+            Duration::from_millis(crate::cni::conf::DEFAULT_IPAM_TIMEOUT_MS)
+        );
+        assert_eq!(
+            conf(r#","ipamTimeoutMs":1500"#).ipam_timeout().unwrap(),
+            Duration::from_millis(1500)
+        );
+        for bad in [r#","ipamTimeoutMs":0"#, r#","ipamTimeoutMs":"5s""#] {
+            let e = conf(bad).ipam_timeout().unwrap_err();
+            assert_eq!(e.code(), 7, "{bad}");
+            assert!(e.to_string().contains("ipamTimeoutMs"), "{e}");
+        }
     }
 
     #[test]
@@ -383,7 +536,7 @@ mod tests {
             r#"echo '{"cniVersion":"1.0.0","code":11,"msg":"lock busy","details":"retry soon"}'
 exit 1"#,
         );
-        match exec(&plugin, Command::Add, b"{}").unwrap_err() {
+        match exec(&plugin, Command::Add, b"{}", LONG).unwrap_err() {
             e @ Error::Delegated { .. } => {
                 assert_eq!(e.code(), 11);
                 assert_eq!(e.details(), "retry soon");
@@ -397,7 +550,7 @@ exit 1"#,
     fn exec_bad_output_is_107_with_a_bounded_excerpt() {
         let dir = TempDir::new();
         let crash = dir.script("crash", "echo 'panic: runtime error'\nexit 2");
-        let e = exec(&crash, Command::Add, b"{}").unwrap_err();
+        let e = exec(&crash, Command::Add, b"{}", LONG).unwrap_err();
         assert_eq!(e.code(), 107);
         let text = e.to_string();
         assert!(
@@ -406,20 +559,23 @@ exit 1"#,
         );
 
         let zero = dir.script("zero", r#"echo '{"code":0,"msg":"?"}'; exit 1"#);
-        assert_eq!(exec(&zero, Command::Add, b"{}").unwrap_err().code(), 107);
+        assert_eq!(
+            exec(&zero, Command::Add, b"{}", LONG).unwrap_err().code(),
+            107
+        );
 
         let silent = dir.script("silent", "exit 3");
-        let e = exec(&silent, Command::Add, b"{}").unwrap_err();
+        let e = exec(&silent, Command::Add, b"{}", LONG).unwrap_err();
         assert!(e.code() == 107 && e.to_string().contains("stderr"), "{e}");
 
         let flood = dir.script("flood", "head -c 5000 /dev/zero | tr '\\0' x\nexit 0");
-        let e = exec(&flood, Command::Add, b"{}").unwrap_err();
+        let e = exec(&flood, Command::Add, b"{}", LONG).unwrap_err();
         let text = e.to_string();
         assert_eq!(e.code(), 107);
         assert!(text.contains("5000 bytes in all"), "{text}");
         assert!(text.len() < 1000, "{}", text.len());
 
-        let e = exec(&dir.0.join("absent"), Command::Add, b"{}").unwrap_err();
+        let e = exec(&dir.0.join("absent"), Command::Add, b"{}", LONG).unwrap_err();
         assert_eq!(e.code(), 107);
     }
 
@@ -429,8 +585,8 @@ exit 1"#,
         let plugin = dir.script("noread", "exit 0");
         // Larger than any pipe (written from a thread), and small (written inline).
         let big = vec![b' '; 1 << 20];
-        assert_eq!(exec(&plugin, Command::Del, &big).unwrap(), None);
-        assert_eq!(exec(&plugin, Command::Del, b"{}").unwrap(), None);
+        assert_eq!(exec(&plugin, Command::Del, &big, LONG).unwrap(), None);
+        assert_eq!(exec(&plugin, Command::Del, b"{}", LONG).unwrap(), None);
     }
 
     #[test]
