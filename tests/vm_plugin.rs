@@ -52,6 +52,10 @@ fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {
     })
 }
 
+fn record_exists(network: &str, container: &str) -> bool {
+    std::path::Path::new(&format!("{}/{network}/{container}:net1.json", state_dir())).exists()
+}
+
 /// The attachment record: JSON lines, the last one current (see src/attach/state.rs).
 fn record(network: &str, container: &str, ifname: &str) -> Value {
     let path = format!("{}/{network}/{container}:{ifname}.json", state_dir());
@@ -258,4 +262,69 @@ fn vm_chained_mode_error_paths_on_rxe() {
     );
     ns.delete();
     let _ = sh_ok(&["ip", "link", "del", "chainv1"]);
+}
+
+/// What Multus gives a macvlan NAD of the RDMA shared device plugin's resource (its index in
+/// deviceID and pciBusID), with the parent named by its ib device: the pod's device-info file
+/// names rxe0, which has no PCI function, so it carries no pci-address.
+#[test]
+fn vm_macvlan_by_rdma_device_writes_device_info_naming_rxe0() {
+    let info = format!("{}/devinfo/vmpod-net1.json", scratch());
+    let mut conf = macvlan_conf(
+        json!({"rdmaDevice": "rxe0", "deviceID": "0", "pciBusID": "0",
+        "capabilities": {"CNIDeviceInfoFile": true},
+        "runtimeConfig": {"CNIDeviceInfoFile": info}}),
+    );
+    conf.as_object_mut().unwrap().remove("master");
+    Call::new("ADD", "infopod", POD, "net1").run(&conf).ok();
+    let rec = record("vmroce", "infopod", "net1");
+    assert_eq!(
+        rec["host"]["name"], "rxev0",
+        "rdmaDevice rxe0 names rxev0: {rec}"
+    );
+    assert_eq!(rec["deviceId"], "0", "{rec}");
+    assert_eq!(rec["deviceInfoFile"], info.as_str(), "{rec}");
+    let written: Value = serde_json::from_slice(&std::fs::read(&info).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"type": "pci", "version": "1.1.0", "pci": {"rdma-device": "rxe0"}})
+    );
+    assert!(link_in(Some("vmpod"), "net1").is_some());
+    Call::new("DEL", "infopod", POD, "net1").run(&conf).ok();
+    assert!(!std::path::Path::new(&info).exists(), "removed on DEL");
+    assert!(link_in(Some("vmpod"), "net1").is_none());
+}
+
+/// In exclusive netns mode a child would give the pod a netdev and no ib device: both child modes
+/// are refused with 120 and leave nothing; `"rdma": "off"` attaches the netdev alone.
+#[test]
+fn vm_child_modes_are_refused_in_exclusive_netns_mode() {
+    switch_to_exclusive();
+    let ns = TestNetns::new();
+    for mode in ["macvlan", "ipoib"] {
+        let mut conf = macvlan_conf(json!({"mode": mode}));
+        conf["name"] = json!(format!("vmx{mode}"));
+        let msg = Call::new("ADD", "xpod", &ns.path(), "net1")
+            .run(&conf)
+            .err(120);
+        assert!(
+            msg.contains("exclusive") && msg.contains("shared device plugin"),
+            "{mode}: {msg}"
+        );
+        assert!(ns.link("net1").is_none(), "{mode}: no child");
+        assert!(
+            !record_exists(&format!("vmx{mode}"), "xpod"),
+            "{mode}: no record"
+        );
+    }
+    let conf = macvlan_conf(json!({"rdma": "off"}));
+    Call::new("ADD", "xpod", &ns.path(), "net1").run(&conf).ok();
+    assert!(ns.link("net1").is_some(), "rdma off: the netdev alone");
+    assert!(
+        record_exists("vmroce", "xpod"),
+        "the probe finds a record that exists"
+    );
+    Call::new("DEL", "xpod", &ns.path(), "net1").run(&conf).ok();
+    assert!(ns.link("net1").is_none());
+    ns.delete();
 }
