@@ -5,7 +5,8 @@
 # plugin or reading the conf dir never sees a half-written file.
 #
 #   install/install.sh [options]
-#     --binary PATH      install this binary (default: build with `cargo build --release`)
+#     --binary PATH      install this binary (default: build the shipped static musl binary with
+#                        install/build.sh)
 #     --bin-dir DIR      CNI bin dir (default /opt/cni/bin)
 #     --conf NAME|PATH   also install a network configuration: a name from conf/ (e.g. `move`
 #                        for conf/move.conflist) or a path to a .conflist/.conf file
@@ -59,9 +60,8 @@ place() {
 # --- the binary
 if [ -z "$binary" ]; then
   command -v cargo >/dev/null 2>&1 || die "no --binary given and cargo is not on PATH"
-  echo "building rdma-ns (cargo build --release) in $repo"
-  (cd "$repo" && cargo build --release --locked --quiet)
-  binary=$repo/target/release/rdma-ns
+  echo "building rdma-ns (install/build.sh: release, static musl) in $repo"
+  binary=$repo/$("$repo/install/build.sh")
 fi
 [ -f "$binary" ] || die "binary not found: $binary"
 [ -x "$binary" ] || die "binary is not executable: $binary"

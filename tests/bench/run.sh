@@ -22,7 +22,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-# The binary as it ships (install/build.sh: release profile, glibc linked statically).
+# The binary as it ships (install/build.sh: release profile, static musl).
 plugin=$(install/build.sh)
 # Debian's python3, not whatever a shell's PATH prefers: only the standard library is used.
 exec /usr/bin/python3 tests/bench/bench.py --plugin "$plugin" "$@"
