@@ -320,8 +320,37 @@ impl RdmaNs {
     }
 }
 
+/// ADD into the plugin's own network namespace (`CNI_NETNS=/proc/self/ns/net`, or a bind mount
+/// of the host's) would rename, address and bring up host devices in place: refused before
+/// anything is looked at.
+pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let ns = open_netns(Some(path))?;
+    let own = ns.is_current().map_err(|e| {
+        Error::io(
+            format!(
+                "comparing CNI_NETNS {} with the host's netns",
+                path.display()
+            ),
+            e,
+        )
+    })?;
+    if own {
+        return Err(Error::InvalidEnv {
+            vars: vec!["CNI_NETNS".into()],
+            msg: format!(
+                "{} is the plugin's own network namespace (the host's), not a pod's; nothing was \
+                 changed: pass the pod sandbox's netns",
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
+        refuse_own_netns(req.env.netns.as_deref())?;
         self.with_ctx(req, |ctx, pc| match pc.mode {
             Mode::Move => move_dev::add(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::add(ctx, req, pc),

@@ -28,7 +28,14 @@ impl Netns {
     /// Opens `path` and checks that it is a network namespace (nsfs or procfs file whose
     /// setns type is CLONE_NEWNET).
     pub fn open(path: &Path) -> io::Result<Netns> {
-        let file = File::open(path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: a FIFO (or a device) named as a netns must be refused, not block open(2)
+        // until a writer appears. nsfs files ignore the flag; setns(2) needs a real open file,
+        // so O_PATH will not do.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+            .open(path)?;
         let fs = fstatfs(&file).map_err(io::Error::from)?;
         let magic = fs.filesystem_type().0 as i64;
         if magic != NSFS_MAGIC && fs.filesystem_type() != PROC_SUPER_MAGIC {
@@ -40,9 +47,21 @@ impl Netns {
                 ),
             ));
         }
-        // NS_GET_NSTYPE (_IO(0xb7, 0x3)) tells which kind of namespace the fd refers to.
+        // NS_GET_NSTYPE (_IO(0xb7, 0x3)) tells which kind of namespace the fd refers to. Other
+        // procfs files (/proc/self/status) pass the magic check and fail the ioctl (ENOTTY):
+        // that failure is a refusal too. The ioctl exists since Linux 4.11.
         let nstype = unsafe { libc_ioctl_nstype(file.as_raw_fd()) };
-        if nstype >= 0 && nstype != CloneFlags::CLONE_NEWNET.bits() {
+        if nstype < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not a namespace file (NS_GET_NSTYPE: {})",
+                    path.display(),
+                    io::Error::last_os_error()
+                ),
+            ));
+        }
+        if nstype != CloneFlags::CLONE_NEWNET.bits() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -68,6 +87,11 @@ impl Netns {
 
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
+    }
+
+    /// Whether this is the namespace the calling thread is in (the host's, for the plugin).
+    pub fn is_current(&self) -> io::Result<bool> {
+        Ok(self.identity()? == Netns::current()?.identity()?)
     }
 
     /// (device, inode) of the nsfs file: equal for two handles on the same namespace.
@@ -161,8 +185,8 @@ impl Netns {
     }
 }
 
-/// Returns the namespace type (CLONE_NEW*) of `fd`, or -1 when the kernel does not know the
-/// ioctl (pre-4.11), in which case the nsfs magic check alone has to do.
+/// Returns the namespace type (CLONE_NEW*) of `fd`, or -1 with errno set when `fd` is no
+/// namespace file.
 unsafe fn libc_ioctl_nstype(fd: i32) -> i32 {
     nix::libc::ioctl(fd, NS_GET_NSTYPE as _)
 }
@@ -173,6 +197,50 @@ const NS_GET_NSTYPE: u64 = (0xb7 << 8) | 0x3;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_that_are_no_network_namespace_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("rdma-ns-netns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        for path in [
+            fifo.as_path(),
+            plain.as_path(),
+            Path::new("/proc/self/status"),
+            Path::new("/proc/self/ns/uts"),
+        ] {
+            let e = Netns::open(path).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                io::ErrorKind::InvalidInput,
+                "{}: {e}",
+                path.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        // The same check takes a real network namespace.
+        assert!(Netns::open(Path::new("/proc/self/ns/net")).is_ok());
+    }
+
+    #[test]
+    fn the_own_namespace_is_recognised_by_identity() {
+        assert!(Netns::open(Path::new("/proc/self/ns/net"))
+            .unwrap()
+            .is_current()
+            .unwrap());
+        // A namespace of its own, made by a thread that then exits, is not the caller's.
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            Netns::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!other.is_current().unwrap());
+    }
 
     #[test]
     fn current_namespace_opens_and_is_network() {
