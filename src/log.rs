@@ -53,7 +53,13 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
         notes.push(format!("unknown logLevel {text:?}, using warn"));
     }
     let file = match file.filter(|f| !f.is_empty()) {
-        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+        Some(path) if !is_plain_absolute(path) => {
+            notes.push(format!(
+                "logFile {path:?} is not an absolute path without `..`; logging to stderr"
+            ));
+            None
+        }
+        Some(path) => match open_log(path) {
             Ok(f) => Some(Mutex::new(f)),
             Err(e) => {
                 notes.push(format!(
@@ -71,6 +77,29 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
     for n in notes {
         warn(&n);
     }
+}
+
+/// An absolute path with no `..` component: what `logFile` and `dataDir` must be, so a conf
+/// cannot point them somewhere by relative tricks.
+pub fn is_plain_absolute(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    p.is_absolute()
+        && !p
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// Appends to `path`, never through a symlink (O_NOFOLLOW: the plugin runs as root and must not
+/// be steered into creating or appending to another file), and creates it 0600: log lines name
+/// pods and devices.
+fn open_log(path: &str) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
 }
 
 pub fn enabled(level: Level) -> bool {
@@ -123,6 +152,33 @@ pub fn debug(msg: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_files_are_created_private_and_never_through_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rdma-ns-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("plugin.log");
+        let _ = std::fs::remove_file(&file);
+        open_log(file.to_str().unwrap()).unwrap();
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let target = dir.join("elsewhere");
+        let link = dir.join("link.log");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_log(link.to_str().unwrap()).is_err());
+        assert!(!target.exists(), "the symlink's target was not created");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_plain_absolute_paths_are_taken() {
+        assert!(is_plain_absolute("/var/log/rdma-ns.log"));
+        for bad in ["rdma-ns.log", "./x.log", "/var/log/../../etc/shadow", ""] {
+            assert!(!is_plain_absolute(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn levels_parse_in_any_case() {

@@ -133,3 +133,82 @@ fn files_that_are_no_netns_are_refused_at_once() {
         assert!(host_link(&veth.nic).is_some(), "{path}");
     }
 }
+
+/// A container ID longer than a file name: ADD and DEL work, DEL stays idempotent, and the record
+/// exists while attached and is gone after (the CNI spec sets no length limit).
+#[test]
+fn a_very_long_container_id_attaches_and_detaches() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    let id = format!("{}{}", "a1b2c3d4".repeat(32), unique("x"));
+    assert!(id.len() > 255);
+    let mut conf = move_conf("1.0.0", "longid", &veth.nic, &data);
+    conf["ipam"] = static_ipam("10.94.0.5/24");
+    Call::new("ADD", &id, &ns.path(), "net1").run(&conf).ok();
+    let records = data.records();
+    assert_eq!(records.len(), 1, "the record exists while attached");
+    let name = records[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.len() <= 255 && name.ends_with(":net1.json"), "{name}");
+    assert!(std::fs::read_to_string(&records[0]).unwrap().contains(&id));
+    for _ in 0..2 {
+        Call::new("DEL", &id, &ns.path(), "net1").run(&conf).ok();
+    }
+    assert!(data.records().is_empty());
+    assert!(host_link(&veth.nic).is_some());
+}
+
+/// `logFile` and `dataDir` must be absolute without `..`; a log file is never opened through a
+/// symlink and is created 0600.
+#[test]
+fn log_file_and_data_dir_paths_are_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    let base = move_conf("1.0.0", "paths", &veth.nic, &data);
+    for (field, value) in [
+        ("logFile", "relative.log".to_string()),
+        ("logFile", format!("{}/../escape.log", data.str())),
+        ("dataDir", format!("{}/../escape", data.str())),
+    ] {
+        let mut conf = base.clone();
+        conf[field] = json!(value);
+        let msg = Call::new("ADD", "paths", &ns.path(), "net1")
+            .run(&conf)
+            .err(7);
+        assert!(msg.contains(field), "{msg}");
+    }
+    assert!(!std::path::Path::new("relative.log").exists());
+
+    let target = data.path().join("target.log");
+    let link = data.path().join("link.log");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut conf = base.clone();
+    conf["logFile"] = json!(link);
+    conf["logLevel"] = json!("debug");
+    let call = Call::new("ADD", "paths", &ns.path(), "net1");
+    let add = call.run(&conf);
+    add.ok();
+    assert!(!target.exists(), "no file created through the symlink");
+    assert!(add.stderr.contains("cannot open logFile"), "{}", add.stderr);
+    Call::new("DEL", "paths", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+
+    let log = data.path().join("plugin.log");
+    conf["logFile"] = json!(log);
+    Call::new("ADD", "paths", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(std::fs::read_to_string(&log).unwrap().contains("debug"));
+    Call::new("DEL", "paths", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+}

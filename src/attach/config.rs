@@ -123,11 +123,22 @@ impl PluginConf {
             .filter(|d| !d.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-        if !data_dir.is_absolute() {
+        if !crate::log::is_plain_absolute(&data_dir.to_string_lossy()) {
             return Err(Error::config(
                 "dataDir",
-                format!("{} must be an absolute path", data_dir.display()),
+                format!(
+                    "{} must be an absolute path without `..`",
+                    data_dir.display()
+                ),
             ));
+        }
+        if let Some(log_file) = conf.log_file.as_deref().filter(|f| !f.is_empty()) {
+            if !crate::log::is_plain_absolute(log_file) {
+                return Err(Error::config(
+                    "logFile",
+                    format!("{log_file:?} must be an absolute path without `..`"),
+                ));
+            }
         }
         let child = match mode {
             Mode::Move | Mode::Rdma => ChildConf::default(),

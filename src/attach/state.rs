@@ -225,10 +225,13 @@ impl Store {
         }
         Ok(self
             .network_dir(network)?
-            .join(format!("{}.json", attachment_id(container_id, ifname))))
+            .join(bounded_file_name(container_id, &format!(":{ifname}.json"))))
     }
 
-    /// Creates the data dir (0700) if needed.
+    /// Creates the data dir (0700) if needed. The data dir and its subdirectories must be real
+    /// directories, not symlinks (a record or lock written through one lands wherever it
+    /// points), and are kept 0700: a directory others can write lets a local user plant
+    /// records or symlinks for the root plugin to follow.
     pub fn ensure_dir(&self, sub: Option<&str>) -> Result<PathBuf> {
         let dir = match sub {
             Some(s) => {
@@ -250,6 +253,12 @@ impl Store {
                     e,
                 )
             })?;
+        // The data dir itself may be a symlink the operator made; what rdma-ns creates under it
+        // may not.
+        private_dir(&self.dir, true)?;
+        if sub.is_some() {
+            private_dir(&dir, false)?;
+        }
         Ok(dir)
     }
 
@@ -293,6 +302,7 @@ impl Store {
 
     pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
         let path = self.record_path(network, container_id, ifname)?;
+        remove_stale_temps(&path);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -316,6 +326,12 @@ impl Store {
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
             let name = entry.file_name();
+            if let Some(pid) = temp_file_pid(&name.to_string_lossy()) {
+                if !pid_alive(pid) {
+                    let _ = fs::remove_file(entry.path());
+                }
+                continue;
+            }
             if !name.to_string_lossy().ends_with(".json") {
                 continue;
             }
@@ -365,12 +381,13 @@ impl Store {
     pub fn lock_device(&self, device_key: &str, timeout: Duration) -> Result<DeviceLock> {
         safe_component("device key", device_key)?;
         let dir = self.ensure_dir(Some("locks"))?;
-        let path = dir.join(format!("{device_key}.lock"));
+        let path = dir.join(bounded_file_name(device_key, ".lock"));
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| Error::io(format!("opening lock file {}", path.display()), e))?;
         let deadline = Instant::now() + timeout;
@@ -401,6 +418,92 @@ impl Store {
             pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
+}
+
+/// The longest file name written under the data dir: NAME_MAX (255) less what a temp file of
+/// [`write_atomic`] adds (`.`, `.tmp-`, a pid of up to 7 digits).
+const MAX_FILE_NAME: usize = 240;
+
+/// `stem` + `suffix` when it fits in [`MAX_FILE_NAME`], else a prefix of `stem` and a hash of
+/// all of it. The CNI spec puts no length limit on container IDs, and runtimes send 64-char
+/// ones; a long one would fail every open(2) with ENAMETOOLONG and so every DEL forever.
+/// Names that fit are the ones every earlier version wrote, so their records are still found;
+/// the full ID is inside the record. FNV-1a, because the name must be the same for every
+/// future binary (std's hasher promises no stable output).
+fn bounded_file_name(stem: &str, suffix: &str) -> String {
+    if stem.len() + suffix.len() <= MAX_FILE_NAME {
+        return format!("{stem}{suffix}");
+    }
+    let hash = stem.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let keep = MAX_FILE_NAME - suffix.len() - 17;
+    let mut cut = keep;
+    while !stem.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}~{hash:016x}{suffix}", &stem[..cut])
+}
+
+/// The pid in a temp file name of [`write_atomic`] (`.<name>.tmp-<pid>`).
+fn temp_file_pid(name: &str) -> Option<i32> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    pid.parse().ok()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    pid == std::process::id() as i32
+        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            != Err(nix::errno::Errno::ESRCH)
+}
+
+/// Temp files of `path` left by writers that are gone (a plugin killed mid-write).
+fn remove_stale_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let entry_name = entry.file_name().to_string_lossy().into_owned();
+        if !entry_name.starts_with(&prefix) {
+            continue;
+        }
+        if temp_file_pid(&entry_name).is_some_and(|pid| !pid_alive(pid)) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// `dir` is a directory (with `follow` false, a real one, not a symlink) with no access for
+/// group or others; wider modes are narrowed to 0700, with a warning.
+fn private_dir(dir: &Path, follow: bool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = if follow {
+        fs::metadata(dir)
+    } else {
+        fs::symlink_metadata(dir)
+    }
+    .map_err(|e| Error::io(format!("checking state directory {}", dir.display()), e))?;
+    if !meta.file_type().is_dir() {
+        return Err(Error::State(format!(
+            "state directory {} is a symlink or not a directory; remove it, or set `dataDir` to a \
+             real directory",
+            dir.display()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        crate::log::warn(&format!(
+            "state directory {} had mode {mode:04o}; narrowing it to 0700",
+            dir.display()
+        ));
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(format!("narrowing {} to 0700", dir.display()), e))?;
+    }
+    Ok(())
 }
 
 /// Held while an attachment changes its device; released on drop (the fd closes).
@@ -515,6 +618,124 @@ mod tests {
             device_info_file: None,
             device_id: Some("0".into()),
         }
+    }
+
+    #[test]
+    fn a_container_id_longer_than_a_file_name_still_saves_loads_and_removes() {
+        let tmp = TempDir::new("state-long");
+        let store = Store::new(tmp.path().join("data"));
+        let mut att = sample();
+        att.container_id = "c".repeat(300);
+        store.save(&att).unwrap();
+        let names: Vec<String> = fs::read_dir(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].len() <= MAX_FILE_NAME, "{}", names[0].len());
+        assert!(names[0].ends_with(":net1.json"));
+        let loaded = store
+            .load("rdma-net", &att.container_id, "net1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            loaded.container_id, att.container_id,
+            "the full ID is inside"
+        );
+        // Another long ID with the same prefix gets its own file.
+        let mut other = att.clone();
+        other.container_id = format!("{}d", "c".repeat(299));
+        store.save(&other).unwrap();
+        assert_eq!(
+            fs::read_dir(tmp.path().join("data/rdma-net"))
+                .unwrap()
+                .count(),
+            2
+        );
+        store.remove("rdma-net", &att.container_id, "net1").unwrap();
+        store
+            .remove("rdma-net", &other.container_id, "net1")
+            .unwrap();
+        assert_eq!(
+            fs::read_dir(tmp.path().join("data/rdma-net"))
+                .unwrap()
+                .count(),
+            0
+        );
+        // Names that fit keep the form every earlier version wrote.
+        assert_eq!(bounded_file_name("abc", ":eth0.json"), "abc:eth0.json");
+        let lock = store.lock_device(
+            &format!("child-n-{}-net1", "x".repeat(300)),
+            Duration::from_secs(1),
+        );
+        assert!(lock.is_ok(), "{lock:?}");
+    }
+
+    #[test]
+    fn temp_files_of_killed_writers_are_removed_and_live_ones_kept() {
+        let tmp = TempDir::new("state-temps");
+        let store = Store::new(tmp.path().join("data"));
+        let att = sample();
+        store.save(&att).unwrap();
+        let dir = tmp.path().join("data/rdma-net");
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let record = bounded_file_name(&att.container_id, ":net1.json");
+        let stale = dir.join(format!(".{record}.tmp-{dead}"));
+        let live = dir.join(format!(".{record}.tmp-{}", std::process::id()));
+        let other_stale = dir.join(format!(".other:eth1.json.tmp-{dead}"));
+        for f in [&stale, &live, &other_stale] {
+            fs::write(f, b"{").unwrap();
+        }
+        // GC's listing removes every dead writer's temp file and skips them as records.
+        let (found, errors) = store.list("rdma-net").unwrap();
+        assert_eq!((found.len(), errors.len()), (1, 0));
+        assert!(!other_stale.exists() && !stale.exists());
+        assert!(live.exists(), "a running writer's temp file stays");
+        fs::write(&stale, b"{").unwrap();
+        store.remove("rdma-net", &att.container_id, "net1").unwrap();
+        assert!(!stale.exists(), "DEL removes its record's stale temp file");
+        assert!(live.exists());
+    }
+
+    #[test]
+    fn symlinks_and_open_modes_under_the_data_dir_are_refused_or_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("state-links");
+        let data = tmp.path().join("data");
+        fs::create_dir_all(&data).unwrap();
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o777)).unwrap();
+        let store = Store::new(&data);
+        store.save(&sample()).unwrap();
+        let mode = fs::metadata(&data).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "a 0777 data dir is narrowed");
+
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, data.join("evil-net")).unwrap();
+        let mut att = sample();
+        att.network = "evil-net".into();
+        let e = store.save(&att).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        let target = tmp.path().join("lock-target");
+        std::os::unix::fs::symlink(&target, data.join("locks/dev-x.lock")).unwrap_or_else(|_| {
+            fs::create_dir_all(data.join("locks")).unwrap();
+            std::os::unix::fs::symlink(&target, data.join("locks/dev-x.lock")).unwrap()
+        });
+        assert!(store
+            .lock_device("dev-x", Duration::from_millis(10))
+            .is_err());
+        assert!(
+            !target.exists(),
+            "the lock's symlink target was not created"
+        );
+        assert!(store
+            .lock_device("dev-y", Duration::from_millis(10))
+            .is_ok());
     }
 
     #[test]
