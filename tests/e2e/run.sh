@@ -22,6 +22,13 @@ export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 PY=/usr/bin/python3 # Debian's python (python3-yaml, python3-venv), whatever else is on PATH
 STARTED=$(date +%s)
 
+PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
+  python3 python3-venv python3-yaml ca-certificates tar)
+if [ "${1:-}" = --print-packages ]; then
+  echo "${PKGS[*]}"
+  exit 0
+fi
+
 if [ "$(id -u)" != 0 ]; then
   echo "tests/e2e/run.sh must run as root (runtimes, network namespaces, links)" >&2
   exit 1
@@ -54,8 +61,6 @@ wait_for() {
 # ---------------------------------------------------------------- packages
 section_start=$(date +%s)
 say "== e2e: packages"
-PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
-  python3 python3-venv python3-yaml ca-certificates tar)
 need=()
 for pkg in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -67,6 +72,32 @@ if [ "${#need[@]}" -gt 0 ]; then
   # this cgroup hybrid setup); --no-install-recommends keeps buildah, slirp4netns & co. out.
   DEBIAN_FRONTEND=noninteractive T 900 apt-get install -y -q --no-install-recommends "${need[@]}" \
     >/dev/null || { echo "apt-get install ${need[*]} failed" >&2; exit 1; }
+fi
+# Everything the cases use, named by its package, before any case runs: a missing tool must not
+# first show up as a failure deep inside a case.
+missing=()
+need_tool() { # PACKAGE TOOL...: a command name or an absolute path
+  local pkg=$1 t
+  shift
+  for t in "$@"; do
+    if [[ $t == /* ]]; then [ -x "$t" ] || missing+=("$t ($pkg)"); else command -v "$t" >/dev/null || missing+=("$t ($pkg)"); fi
+  done
+}
+need_tool podman podman
+need_tool containerd containerd ctr
+need_tool runc runc
+need_tool busybox-static /bin/busybox
+need_tool containernetworking-plugins /usr/lib/cni/static /usr/lib/cni/host-local /usr/lib/cni/loopback
+need_tool iproute2 ip
+need_tool util-linux nsenter unshare findmnt flock setsid
+need_tool tar tar
+need_tool "a Rust toolchain (rustup)" cargo rustup
+"$PY" -c 'import yaml' 2>/dev/null || missing+=("python yaml module (python3-yaml)")
+"$PY" -c 'import ensurepip, venv' 2>/dev/null || missing+=("python venv with ensurepip (python3-venv)")
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "e2e prerequisites missing: ${missing[*]}" >&2
+  echo "0 passed, 1 failed"
+  exit 1
 fi
 say "podman $(podman --version | awk '{print $3}'), containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
 TIME_PACKAGES=$(($(date +%s) - section_start))
@@ -87,6 +118,7 @@ CTR_NS="rdma-ns-e2e-$TAG"     # containerd namespace for the ctr case (CRI uses 
 IMG_BUSYBOX="localhost/rdma-ns-e2e/busybox:$TAG"
 IMG_PAUSE="localhost/rdma-ns-e2e/pause:$TAG"
 RESULTS=()
+SKIPS=()
 PASSED=0
 FAILED=0
 SKIPPED=0
@@ -786,13 +818,27 @@ case_cri() {
 
 MUSL_TARGET=x86_64-unknown-linux-musl
 MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
-# A static musl release build, as install/Containerfile makes it. Skipped (exit 77) only when the
-# musl target cannot be had here (not x86_64, or rustup cannot download it).
+# A skip is a failure unless the caller opted in: RDMA_NS_ALLOW_SKIP is a comma-separated list
+# of case names that may skip (only musl, and containerfile which needs its binary, can); CI
+# sets none.
+allowed_skip() { [[ ",${RDMA_NS_ALLOW_SKIP:-}," == *",$1,"* ]]; }
+# cannot CASE WHY: the case cannot run here: a skip (exit 77) if the caller allowed it, else a
+# failure naming the opt-in.
+cannot() {
+  if allowed_skip "$1"; then
+    step "SKIP: $2 (allowed by RDMA_NS_ALLOW_SKIP=$RDMA_NS_ALLOW_SKIP)"
+    echo "$2" >"$TMP/skip-reason"
+    exit 77
+  fi
+  die "$2 (set RDMA_NS_ALLOW_SKIP=$1 to accept a skip)"
+}
+# A static musl release build, as install/Containerfile makes it.
 case_musl() {
-  [ "$(uname -m)" = x86_64 ] || { step "host is $(uname -m), not x86_64: skipped"; exit 77; }
+  touch "$TMP/musl-ran"
+  [ "$(uname -m)" = x86_64 ] || cannot musl "host is $(uname -m), not x86_64"
   if ! rustup target list --installed 2>/dev/null | grep -x "$MUSL_TARGET" >/dev/null; then
-    T 300 rustup target add "$MUSL_TARGET" >/dev/null 2>&1 ||
-      { step "rustup target add $MUSL_TARGET failed (no download here?): skipped"; exit 77; }
+    T 300 rustup target add "$MUSL_TARGET" >"$TMP/rustup.out" 2>&1 ||
+      cannot musl "rustup target add $MUSL_TARGET failed: $(tail -3 "$TMP/rustup.out")"
   fi
   step "rustup target $MUSL_TARGET installed"
   T 1800 cargo build --release --locked --quiet --target "$MUSL_TARGET" || die "cargo build --target $MUSL_TARGET failed"
@@ -838,8 +884,12 @@ EOF
 case_containerfile() {
   "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
   if [ ! -f "$TMP/musl-ok" ]; then
-    step "no static binary from the musl case in this run: the image stage was not built"
-    return 0
+    # The image stage needs the musl case's binary: build it here when that case was not run
+    # (or a failure/allowed skip of it, reported there, counts here too).
+    if [ -f "$TMP/musl-ran" ]; then
+      cannot containerfile "the musl case made no static binary, so the image stage was not built"
+    fi
+    (case_musl) || { [ $? = 77 ] && cannot containerfile "the musl build was skipped"; die "the musl build failed"; }
   fi
   setup_podman
   podman_image || die "podman import failed"
@@ -876,6 +926,7 @@ case_containerfile() {
 run_case() {
   local name=$1 fn=$2 start rc
   start=$(date +%s)
+  rm -f "$TMP/skip-reason"
   say "== e2e case: $name"
   (set -e; "$fn")
   rc=$?
@@ -884,6 +935,7 @@ run_case() {
     PASSED=$((PASSED + 1)); RESULTS+=("PASS  $name (${secs}s)")
   elif [ "$rc" = 77 ]; then
     SKIPPED=$((SKIPPED + 1)); RESULTS+=("SKIP  $name (${secs}s)")
+    SKIPS+=("SKIP  $name: $(cat "$TMP/skip-reason" 2>/dev/null)")
   else
     FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
     case $name in
@@ -941,6 +993,8 @@ fi
 
 say "== e2e summary (packages ${TIME_PACKAGES}s, build ${TIME_BUILD}s, images ${TIME_IMAGES}s${TIME_CONTAINERD:+, containerd ${TIME_CONTAINERD}s}, total $(($(date +%s) - STARTED))s)"
 for r in "${RESULTS[@]}"; do say "  $r"; done
+# Each skip once more on the last lines, with its reason (only an explicit opt-in gets here).
+for r in "${SKIPS[@]}"; do say "$r"; done
 if [ "$SKIPPED" -gt 0 ]; then
   say "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 else
