@@ -13,16 +13,6 @@ fn macvlan_conf(version: &str, master: &str, data: &DataDir) -> Value {
            "ipam": {"type": "static", "addresses": [{"address": "10.90.0.5/24"}]}})
 }
 
-fn link_count_with_parent(parent_ifindex: u64) -> usize {
-    let out = sh(&["ip", "-j", "-d", "link", "show"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter(|l| l.get("link_index") == Some(&json!(parent_ifindex)))
-        .count()
-}
-
 #[test]
 fn macvlan_child_is_created_in_the_pod_checked_and_deleted() {
     let veth = Veth::new();
@@ -51,6 +41,7 @@ fn macvlan_child_is_created_in_the_pod_checked_and_deleted() {
         host_link(&veth.nic).is_some(),
         "the parent stays in the host"
     );
+    assert_eq!(data.records().len(), 1, "the record while attached");
 
     let mut with_prev = conf.clone();
     with_prev["prevResult"] = result;
@@ -72,10 +63,12 @@ fn macvlan_child_is_created_in_the_pod_checked_and_deleted() {
         .err(108);
     assert!(msg.contains("10.90.0.5/24"), "{msg}");
 
+    // The leak probe's presence twin: while the child exists, the same check must see it.
+    assert!(child_gone(&ns, "net1", &veth.nic).is_err());
     Call::new("DEL", "mv1", &ns.path(), "net1")
         .run(&with_prev)
         .ok();
-    assert!(ns.link("net1").is_none(), "child deleted");
+    child_gone(&ns, "net1", &veth.nic).unwrap();
     Call::new("DEL", "mv1", &ns.path(), "net1").run(&conf).ok();
     assert!(data.records().is_empty());
 }
@@ -90,6 +83,7 @@ fn macvlan_mac_from_cni_args_and_mtu_rules() {
     call.args = "IgnoreUnknown=1;MAC=02:aa:bb:cc:dd:ee".into();
     call.run(&conf).ok();
     assert_eq!(ns.link("eth0").unwrap()["address"], "02:aa:bb:cc:dd:ee");
+    assert_eq!(data.records().len(), 1, "the record while attached");
     assert_eq!(
         ns.link("eth0").unwrap()["mtu"],
         1500,
@@ -97,6 +91,8 @@ fn macvlan_mac_from_cni_args_and_mtu_rules() {
     );
     call.command = "DEL".into();
     call.run(&conf).ok();
+    child_gone(&ns, "eth0", &veth.nic).unwrap();
+    assert!(data.records().is_empty());
 
     let mut too_big = conf.clone();
     too_big["mtu"] = json!(9000);
@@ -111,7 +107,14 @@ fn macvlan_mac_from_cni_args_and_mtu_rules() {
 #[test]
 fn a_failed_macvlan_add_at_each_step_leaves_nothing_behind() {
     let veth = Veth::new();
-    let parent_index = host_link(&veth.nic).unwrap()["ifindex"].as_u64().unwrap();
+    // The host half of the leak probe must see a child left in the host: plant one with iproute2.
+    let planted = format!("{}m", veth.nic);
+    sh(&[
+        "ip", "link", "add", "link", &veth.nic, "name", &planted, "type", "macvlan",
+    ]);
+    assert_eq!(host_children(&veth.nic), vec![planted.clone()]);
+    sh(&["ip", "link", "del", &planted]);
+    assert!(host_children(&veth.nic).is_empty());
     for step in [
         "state-intent",
         "ipam",
@@ -130,12 +133,15 @@ fn a_failed_macvlan_add_at_each_step_leaves_nothing_behind() {
             .run(&conf)
             .err(106);
         assert!(msg.contains(step), "{msg}");
-        assert!(ns.link("net1").is_none(), "{step}: no child in the pod");
-        assert_eq!(
-            link_count_with_parent(parent_index),
-            0,
-            "{step}: none in the host either"
-        );
+        child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{step}: {e}"));
+        assert!(data.records().is_empty(), "{step}");
+        // Presence twins of both probes, through the same netns and data dir: a real ADD's child
+        // and record are seen.
+        Call::new("ADD", "mvf", &ns.path(), "net1").run(&conf).ok();
+        assert!(child_gone(&ns, "net1", &veth.nic).is_err(), "{step}");
+        assert_eq!(data.records().len(), 1, "{step}");
+        Call::new("DEL", "mvf", &ns.path(), "net1").run(&conf).ok();
+        child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{step}: {e}"));
         assert!(data.records().is_empty(), "{step}");
     }
 }
@@ -147,11 +153,17 @@ fn macvlan_del_after_the_pod_netns_was_deleted() {
     let data = DataDir::new();
     let conf = macvlan_conf("1.0.0", &veth.nic, &data);
     Call::new("ADD", "mvg", &ns.path(), "net1").run(&conf).ok();
+    assert!(child_gone(&ns, "net1", &veth.nic).is_err());
+    assert_eq!(data.records().len(), 1);
     let path = ns.path();
     ns.delete();
     Call::new("DEL", "mvg", &path, "net1").run(&conf).ok();
     Call::new("DEL", "mvg", "", "net1").run(&conf).ok();
     assert!(data.records().is_empty());
+    assert!(
+        host_children(&veth.nic).is_empty(),
+        "no child refunded to the host"
+    );
 }
 
 #[test]

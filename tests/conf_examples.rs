@@ -144,6 +144,7 @@ fn every_example_conf_is_accepted_by_the_plugin() {
             }
             let (k, v) = sys.env();
             let call = |cmd: &str| Call::new(cmd, "example", &ns.path(), "net1").env(&k, &v);
+            let before = host_view(&veth.nic);
             let add = call("ADD").run(&conf);
             match conf["mode"].as_str() {
                 Some("ipoib") => {
@@ -158,10 +159,14 @@ fn every_example_conf_is_accepted_by_the_plugin() {
                 _ => {
                     add.ok();
                     assert!(ns.link("net1").is_some(), "{file}");
+                    assert_eq!(data.records().len(), 1, "{file}: the record while attached");
                     Call::new("DEL", "example", &ns.path(), "net1")
                         .run(&conf)
                         .ok();
                     assert!(ns.link("net1").is_none(), "{file}");
+                    // Moved back, or as a child's parent never changed: the full host view.
+                    back_in_host(&veth.nic, &before).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    assert!(host_children(&veth.nic).is_empty(), "{file}: no child left");
                 }
             }
             assert!(data.records().is_empty(), "{file}");

@@ -167,6 +167,7 @@ fn selection_by_hwaddr_pci_aux_and_kernelpath() {
     ];
     for (veth, sel) in cases {
         let ns = TestNetns::new();
+        let before = host_view(&veth.nic);
         let mut conf = base.clone();
         for (k, v) in sel.as_object().unwrap() {
             conf[k] = v.clone();
@@ -195,7 +196,7 @@ fn selection_by_hwaddr_pci_aux_and_kernelpath() {
             .env(&k, &v)
             .run(&conf)
             .ok();
-        assert!(host_link(&veth.nic).is_some(), "{sel}: back");
+        back_in_host(&veth.nic, &before).unwrap_or_else(|e| panic!("{sel}: {e}"));
     }
 }
 
@@ -514,10 +515,21 @@ fn every_error_code_is_reachable_and_well_formed() {
     std::fs::create_dir_all(&lock_dir).unwrap();
     let lock = lock_dir.join(format!("mac-{}.lock", veth.mac()));
     let mut holder = std::process::Command::new("flock")
-        .args([lock.to_str().unwrap(), "sleep", "5"])
+        // -o: the sleep does not inherit the lock, so killing flock releases it at once.
+        .args(["-o", lock.to_str().unwrap(), "sleep", "30"])
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Wait until the holder really has the lock: `flock -n` fails (1) exactly then. A fixed
+    // sleep would race with a slow start of the holder.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sh_ok(&["flock", "-n", lock.to_str().unwrap(), "true"]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flock never took {}",
+            lock.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let msg = call("ADD").run(&c).err(11);
     assert!(msg.contains("lock"), "{msg}");
     holder.kill().unwrap();
@@ -623,6 +635,7 @@ fn the_device_info_file_is_written_for_the_pci_function_and_removed_on_del() {
     let sys = FixtureSys::new();
     let data = DataDir::new();
     let veth = Veth::new();
+    let before = host_view(&veth.nic);
     let ns = TestNetns::new();
     sys.add_pci("0000:3b:00.2", &[&veth.nic]);
     let info_path = data.path().join("devinfo/net1-deviceinfo.json");
@@ -643,5 +656,5 @@ fn the_device_info_file_is_written_for_the_pci_function_and_removed_on_del() {
         .run(&conf)
         .ok();
     assert!(!info_path.exists(), "removed on DEL");
-    assert!(host_link(&veth.nic).is_some());
+    back_in_host(&veth.nic, &before).unwrap();
 }

@@ -264,7 +264,7 @@ fn altnames_resolve_to_the_primary_name_travel_with_moves_and_can_be_deleted() {
     let err = k
         .del_altname(Ns::Pod(&pod), moved.index, &short)
         .unwrap_err();
-    assert!(err.errno != 0, "{err}");
+    assert!(err.is_errno(Errno::ENOENT), "{err}");
     assert!(err.target.contains("net1"), "{err}");
 }
 
@@ -341,7 +341,7 @@ fn addresses_v4_and_v6_in_a_pod() {
     assert!(!addrs.contains(&net("10.1.2.3/24")), "{addrs:?}");
     assert!(!addrs.contains(&net("fd00::2/64")), "{addrs:?}");
     let gone = k.del_address(ns, v0.index, net("10.1.2.3/24")).unwrap_err();
-    assert!(gone.errno != 0, "{gone}");
+    assert!(gone.is_errno(Errno::EADDRNOTAVAIL), "{gone}");
 }
 
 #[test]
@@ -440,11 +440,15 @@ fn unreachable_gateway_reports_the_kernels_explanation() {
         scope: None,
     };
     let err = k.add_route(Ns::Host, &route).unwrap_err();
-    assert_eq!(
-        err.ext_ack.as_deref(),
-        Some("Nexthop has invalid gateway"),
+    // The extack text is the kernel's wording and changes between versions: what is ours to
+    // check is that it is decoded whole (printable, non-empty) and shown in the error.
+    assert!(err.is_errno(Errno::ENETUNREACH), "{err}");
+    let ext_ack = err.ext_ack.clone().unwrap_or_default();
+    assert!(
+        !ext_ack.is_empty() && ext_ack.chars().all(|c| !c.is_control()),
         "{err}"
     );
+    assert!(err.to_string().contains(&ext_ack), "{err}");
     assert!(err.target.contains(&a), "{err}");
     assert_eq!(err.netns, "host netns");
     let text = err.to_string();
@@ -610,8 +614,15 @@ fn ipoib_child_on_a_non_ib_parent_is_refused() {
             },
         )
         .unwrap_err();
-    // Without ib_ipoib the kernel knows no "ipoib" kind; with it, a veth is no IPoIB parent.
-    assert!(err.errno != 0, "{err}");
+    // Without ib_ipoib the kernel knows no "ipoib" kind: EOPNOTSUPP from rtnl_newlink before any
+    // IPoIB attribute is read. With it, a veth is no IPoIB parent. No tier's kernel decodes this
+    // request's IFLA_IPOIB_* attributes (tests/README.md, "What each tier cannot detect").
+    let expected = if std::path::Path::new("/sys/module/ib_ipoib").exists() {
+        Errno::EINVAL
+    } else {
+        Errno::EOPNOTSUPP
+    };
+    assert!(err.is_errno(expected), "expected {expected}: {err}");
     assert!(err.op.starts_with("create ipoib link"), "{err}");
     assert!(err.target.contains(&a), "{err}");
     assert_eq!(k.link_by_name(Ns::Host, &s.name("ib")).unwrap(), None);

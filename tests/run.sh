@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Runs every test tier; as root on a fresh Debian 12 it first installs what the tests need.
-#   tests/run.sh            all tiers: lint, unit, root integration, VM (real RDMA kernel)
-#   tests/run.sh --no-vm    skip the VM tier (quick local runs)
-#   tests/run.sh --no-bench skip the benchmark smoke run
-set -euo pipefail
+# Runs every test tier; as root on a fresh Debian 12 it first installs what the tiers need.
+#   tests/run.sh            all tiers: lint, unit, root integration, e2e, benchmark smoke, VM
+#   tests/run.sh --no-vm    leave out the VM tier (quick local runs; reported as skipped)
+#   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
+# Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
+# skipped), then one line per skip, then as the very last line "N passed, N failed" (with
+# ", N skipped" when something was skipped), counting tests and cases over all tiers. The exit
+# code is non-zero when anything failed. A skip is never silent: a tier or case may skip only
+# because the caller opted in (--no-vm, --no-bench, RDMA_NS_ALLOW_SKIP); CI opts into nothing.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+REPO=$(pwd)
+export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
 run_vm=1
 run_bench=1
@@ -22,36 +28,205 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# Debian packages the root tier uses: iproute2 to set up and inspect, host-local/static IPAM
-# from containernetworking-plugins (/usr/lib/cni), python3 for the 1.1.0 test IPAM, flock.
+# The tier scripts are run with `bash PATH`, so a lost exec bit cannot drop a tier; a missing
+# script is a failure of its tier, reported like any other.
+E2E=tests/e2e/run.sh
+BENCH=tests/bench/run.sh
+VM=tests/vm/run.sh
+
+# The root-integration test targets the host tier runs, by exact cargo target name. Every
+# tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
+# those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
+# cannot silently run nowhere.
+ROOT_TARGETS=(capabilities child_modes conf_examples fault_detection hardening move_mode multus netlink_root)
+
+# ---------------------------------------------------------------- packages
+# The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
+# containernetworking-plugins (/usr/lib/cni), python3 for the 1.1.0 test IPAM, flock
+# (util-linux), linux-libc-dev for the uapi headers the rdma_nl constants are checked against.
+ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev)
+# The other tiers name their own packages (--print-packages); all are installed here in one go,
+# and each tier checks its own again before it runs a case.
+pkgs=("${ROOT_PKGS[@]}")
+pkg_errors=()
+for t in "$E2E" "$BENCH" "$VM"; do
+  case $t in
+    "$BENCH") [ "$run_bench" = 1 ] || continue ;;
+    "$VM") [ "$run_vm" = 1 ] || continue ;;
+  esac
+  if [ -f "$t" ] && list=$(bash "$t" --print-packages); then
+    read -r -a more <<<"$list"
+    pkgs+=("${more[@]}")
+  else
+    pkg_errors+=("$t --print-packages failed")
+  fi
+done
 need=()
-for pkg in iproute2 containernetworking-plugins python3 util-linux; do
+for pkg in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  echo "== installing: ${need[*]}"
+  apt-get update -q || pkg_errors+=("apt-get update failed")
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" ||
+    pkg_errors+=("apt-get install ${need[*]} failed")
 fi
 
-echo "== lint"
-cargo fmt --check
-cargo clippy --all-targets -- -D warnings
+# ---------------------------------------------------------------- tier bookkeeping
+TIERS=()
+declare -A PASS=() FAIL=() SKIP=() NOTE=()
+SKIP_LINES=()
+LOGDIR=$(mktemp -d /tmp/rdma-ns-tests.XXXXXX)
 
-echo "== unit and root integration tests (host kernel $(uname -r))"
-# vm_* tests need the VM tier's kernel (RDMA); they run there, not here.
-cargo test -- --skip vm_
+# The libtest "test result:" lines of a cargo log, summed: "passed failed ignored".
+cargo_counts() {
+  awk '/^test result: / {
+         for (i = 1; i <= NF; i++) {
+           if ($(i + 1) ~ /^passed;?$/) p += $i
+           if ($(i + 1) ~ /^failed;?$/) f += $i
+           if ($(i + 1) ~ /^ignored;?$/) s += $i
+         }
+       }
+       END { print p + 0, f + 0, s + 0 }' "$1"
+}
+# The last "N passed, N failed[, N skipped]" line of a tier script's log.
+summary_counts() {
+  grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$1" | tail -n 1 |
+    awk -F'[ ,]+' '{ print $1, $3, ($5 == "" ? 0 : $5) }'
+}
 
-if [ -x tests/e2e/run.sh ]; then
-  echo "== e2e tier: podman, containerd (ctr and CRI), installer (tests/e2e/run.sh)"
-  tests/e2e/run.sh
+# run_tier NAME COUNTER CMD...: runs CMD with its output shown and kept; COUNTER reads the
+# tier's counts: cargo (libtest's result lines), summary (the script's last line), or exit (the
+# tier is one check: its exit status). A non-zero exit with no failure counted, or a
+# zero exit that ran nothing, is counted as one failure of the tier, so no tier passes unseen.
+run_tier() {
+  local name=$1 counter=$2 log=$LOGDIR/$1.log rc p f s start
+  shift 2
+  TIERS+=("$name")
+  start=$(date +%s)
+  echo "== tier $name: $*"
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  read -r p f s < <(
+    case $counter in
+      cargo) cargo_counts "$log" ;;
+      summary) summary_counts "$log" ;;
+      exit) if [ "$rc" = 0 ]; then echo 1 0 0; else echo 0 1 0; fi ;;
+    esac
+  )
+  p=${p:-0} f=${f:-0} s=${s:-0}
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    f=1
+    NOTE[$name]="exit $rc"
+  elif [ "$rc" = 0 ] && [ "$p" = 0 ]; then
+    f=1
+    NOTE[$name]="ran nothing"
+  fi
+  PASS[$name]=$p FAIL[$name]=$f SKIP[$name]=$s
+  NOTE[$name]="${NOTE[$name]:+${NOTE[$name]}, }$(($(date +%s) - start))s"
+  if [ "$counter" = summary ]; then
+    # The tier script's own SKIP rows, named on the last lines.
+    while IFS= read -r line; do SKIP_LINES+=("$name: $line"); done < <(grep -E '^SKIP  [^ ]+: ' "$log" | sed 's/^SKIP  //')
+  elif [ "$s" != 0 ]; then
+    SKIP_LINES+=("$name: $s ignored test(s): $(grep -E '^test .* \.\.\. ignored' "$log" | awk '{print $2}' | tr '\n' ' ')")
+  fi
+}
+# A tier left out by the caller's explicit option.
+skip_tier() {
+  TIERS+=("$1")
+  PASS[$1]=0 FAIL[$1]=0 SKIP[$1]=1 NOTE[$1]="left out ($2)"
+  SKIP_LINES+=("$1: the whole tier, left out by $2")
+}
+# A tier that could not start (its prerequisites are missing).
+fail_tier() {
+  TIERS+=("$1")
+  PASS[$1]=0 FAIL[$1]=1 SKIP[$1]=0 NOTE[$1]=$2
+  echo "== tier $1: FAIL: $2"
+}
+
+# ---------------------------------------------------------------- prerequisites
+if [ "${#pkg_errors[@]}" -gt 0 ]; then
+  fail_tier packages "${pkg_errors[*]}"
+fi
+# What the unit and root tiers use, named by the package that brings it.
+root_missing=()
+command -v cargo >/dev/null || root_missing+=("cargo (a Rust toolchain: rustup)")
+command -v ip >/dev/null || root_missing+=("ip (iproute2)")
+command -v flock >/dev/null || root_missing+=("flock (util-linux)")
+[ -x /usr/bin/python3 ] || root_missing+=("/usr/bin/python3 (python3)")
+for p in static host-local; do
+  [ -x /usr/lib/cni/$p ] || root_missing+=("/usr/lib/cni/$p (containernetworking-plugins)")
+done
+[ -f /usr/include/rdma/rdma_netlink.h ] || root_missing+=("/usr/include/rdma/rdma_netlink.h (linux-libc-dev)")
+
+# Every test target is either listed in ROOT_TARGETS or a vm_* target.
+target_errors=()
+for f in tests/*.rs tests/*/main.rs; do
+  [ -e "$f" ] || continue
+  t=${f#tests/}
+  t=${t%.rs}
+  t=${t%/main}
+  [[ $t == vm_* ]] && continue
+  [[ " ${ROOT_TARGETS[*]} " == *" $t "* ]] ||
+    target_errors+=("test target $t ($f) is neither in ROOT_TARGETS of tests/run.sh nor a vm_* target")
+done
+for t in "${ROOT_TARGETS[@]}"; do
+  [ -f "tests/$t.rs" ] || [ -f "tests/$t/main.rs" ] || target_errors+=("ROOT_TARGETS names $t, but there is no tests/$t.rs")
+done
+
+# ---------------------------------------------------------------- tiers
+lint() { cargo fmt --check && cargo clippy --all-targets -- -D warnings; }
+if command -v cargo >/dev/null; then
+  run_tier lint exit lint
+else
+  fail_tier lint "cargo not found (a Rust toolchain: rustup)"
 fi
 
-if [ "$run_bench" = 1 ] && [ -x tests/bench/run.sh ]; then
-  echo "== benchmark smoke run (proves the benchmark works; asserts no timing)"
-  tests/bench/run.sh --smoke
+if [ "${#root_missing[@]}" -gt 0 ]; then
+  fail_tier unit "missing: ${root_missing[*]}"
+  fail_tier root "missing: ${root_missing[*]}"
+else
+  run_tier unit cargo cargo test --lib --bins
+  if [ "${#target_errors[@]}" -gt 0 ]; then
+    fail_tier root "${target_errors[*]}"
+  else
+    args=()
+    for t in "${ROOT_TARGETS[@]}"; do args+=(--test "$t"); done
+    run_tier root cargo cargo test "${args[@]}"
+  fi
 fi
 
-if [ "$run_vm" = 1 ] && [ -x tests/vm/run.sh ]; then
-  echo "== VM tier (Debian kernel with RDMA, Soft-RoCE)"
-  tests/vm/run.sh
+if [ -f "$E2E" ]; then run_tier e2e summary bash "$E2E"; else fail_tier e2e "$E2E is missing"; fi
+
+if [ "$run_bench" = 0 ]; then
+  skip_tier bench --no-bench
+elif [ -f "$BENCH" ]; then
+  run_tier bench exit bash "$BENCH" --smoke
+else
+  fail_tier bench "$BENCH is missing"
 fi
+
+if [ "$run_vm" = 0 ]; then
+  skip_tier vm --no-vm
+elif [ -f "$VM" ]; then
+  run_tier vm summary bash "$VM"
+else
+  fail_tier vm "$VM is missing"
+fi
+
+# ---------------------------------------------------------------- summary
+tp=0 tf=0 ts=0
+echo
+echo "== summary (logs: $LOGDIR)"
+printf '%-10s %7s %7s %8s  %s\n' TIER PASSED FAILED SKIPPED NOTE
+for t in "${TIERS[@]}"; do
+  printf '%-10s %7s %7s %8s  %s\n' "$t" "${PASS[$t]}" "${FAIL[$t]}" "${SKIP[$t]}" "${NOTE[$t]:-}"
+  tp=$((tp + PASS[$t])) tf=$((tf + FAIL[$t])) ts=$((ts + SKIP[$t]))
+done
+for line in "${SKIP_LINES[@]}"; do echo "SKIPPED $line"; done
+if [ "$ts" -gt 0 ]; then
+  echo "$tp passed, $tf failed, $ts skipped"
+else
+  echo "$tp passed, $tf failed"
+fi
+[ "$tf" = 0 ]

@@ -120,16 +120,22 @@ fn vm_macvlan_on_rxe_reports_the_gid_index_the_kernel_chose() {
 fn vm_macvlan_on_rxe_del_after_the_pod_netns_was_deleted() {
     let conf = macvlan_conf(json!({}));
     let ns = TestNetns::new();
+    // Attachment records of network vmroce: a missing dir holds none, so the count alone could
+    // pass with a wrong path; it must see the record while attached.
+    let records = || {
+        std::fs::read_dir(format!("{}/vmroce", state_dir()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
     Call::new("ADD", "gonepod", &ns.path(), "net1")
         .run(&conf)
         .ok();
+    assert_eq!(records(), 1, "the record while attached");
     let path = ns.path();
     ns.delete();
     Call::new("DEL", "gonepod", &path, "net1").run(&conf).ok();
     Call::new("DEL", "gonepod", "", "net1").run(&conf).ok();
-    assert!(std::fs::read_dir(format!("{}/vmroce", state_dir()))
-        .map(|d| d.count() == 0)
-        .unwrap_or(true));
+    assert_eq!(records(), 0, "no record after DEL");
 }
 
 fn char_dev_of(class: &str, prefix: &str, ibdev: &str) -> String {
@@ -199,6 +205,10 @@ fn vm_exclusive_mode_refused_ib_move_leaves_the_host_exactly_as_before() {
     sh(&["ip", "addr", "add", "192.0.2.1/24", "dev", "rxev0"]);
     sh(&["ip", "link", "set", "rxev0", "mtu", "1400"]);
     let before = host_view("rxev0");
+    let ifindex = host_link("rxev0").unwrap()["ifindex"].clone();
+    // rxe0 as the rdma tool sees it: its port, state and netdev.
+    let rxe_before = sh(&["rdma", "link", "show", "rxe0/1"]);
+    assert!(rxe_before.contains("netdev rxev0"), "{rxe_before}");
     let ns = TestNetns::new();
     for rdma in ["auto", "exclusive"] {
         let conf = json!({"cniVersion": "1.0.0", "name": "vmexcl", "type": "rdma-ns", "mode": "move",
@@ -220,9 +230,15 @@ fn vm_exclusive_mode_refused_ib_move_leaves_the_host_exactly_as_before() {
             before,
             "rdma={rdma}: the netdev is as before"
         );
-        assert!(
-            std::path::Path::new("/sys/class/infiniband/rxe0").exists(),
-            "rxe0 still registered"
+        assert_eq!(
+            host_link("rxev0").unwrap()["ifindex"],
+            ifindex,
+            "rdma={rdma}: the same netdev, not a new one"
+        );
+        assert_eq!(
+            sh(&["rdma", "link", "show", "rxe0/1"]),
+            rxe_before,
+            "rdma={rdma}: rxe0 as before"
         );
         assert!(ns.link("net1").is_none() && ns.link("rxev0").is_none());
     }

@@ -495,6 +495,9 @@ fn is_our_child(link: &Link, att: &Attachment) -> bool {
 
 /// Deletes an attachment's child interface from wherever it is now.
 pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+    if crate::attach::plan::test_fault("skip-child-delete") {
+        return Ok(());
+    }
     let path = netns
         .map(Path::to_path_buf)
         .unwrap_or_else(|| att.netns.clone().into());

@@ -555,6 +555,13 @@ fn move_back_to_host(
         mtu: (link.mtu != host.mtu).then_some(host.mtu),
         up: None,
     };
+    if crate::attach::plan::test_fault("skip-rename-back") {
+        let planted = format!("rdmans{}", link.index);
+        return kernel
+            .set_link(pod, link.index, &change(&planted))
+            .map(|()| link.index)
+            .map_err(|e| Error::kernel(format!("moving {} back (planted fault)", link.name), e));
+    }
     match kernel.set_link(pod, link.index, &change(&host.name)) {
         Ok(()) => Ok(link.index),
         Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => {

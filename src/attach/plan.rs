@@ -84,6 +84,22 @@ pub fn fault_injection_point() -> Option<String> {
     None
 }
 
+/// The DEL faults a debug build can be told to plant (env `RDMA_NS_TEST_FAULT`, a comma-separated
+/// list), each a real bug that DEL still reports as success: `skip-child-delete` leaves a
+/// macvlan/ipoib child where it is, `skip-ipam-del` never asks IPAM to release the address,
+/// `skip-rename-back` brings a moved device back under `rdmans<ifindex>` instead of its name.
+/// They exist so the tests' leak and absence checks can be shown to fail when the plugin leaks
+/// (tests/fault_detection.rs). Release builds never read the variable.
+#[cfg(debug_assertions)]
+pub fn test_fault(name: &str) -> bool {
+    std::env::var("RDMA_NS_TEST_FAULT").is_ok_and(|v| v.split(',').any(|f| f.trim() == name))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn test_fault(_name: &str) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,14 +210,20 @@ fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
     for step in ["ib-move", "move", "addresses", "up", "state"] {
         let w = World::new(vec![roce_netdev()]);
         let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-        w.run(
-            &rdma,
-            Command::Add,
-            r#""device":"ens1f0np0""#,
-            POD,
-            Some(step),
-        )
-        .unwrap_err();
+        let err = w
+            .run(
+                &rdma,
+                Command::Add,
+                r#""device":"ens1f0np0""#,
+                POD,
+                Some(step),
+            )
+            .unwrap_err();
+        // The failure must be the injected one, not an earlier step failing on its own.
+        assert!(
+            err.to_string().contains(&format!("after step `{step}`")),
+            "{step}: {err}"
+        );
         assert_eq!(rdma.location("mlx5_0").as_deref(), Some("host"), "{step}");
         let (ns, link) = w.netdev(ROCE_MAC);
         assert_eq!(

@@ -322,6 +322,8 @@ mod tests {
             dispatch(&fake, vars("ADD", "/proc/1/ns/net"), stdin.into_bytes()).unwrap();
         }
         let calls = fake.calls.borrow();
+        // One call per spelling: an empty list would pass the loop below.
+        assert_eq!(calls.len(), 2);
         for (_, _, conf) in calls.iter() {
             assert_eq!(
                 conf.runtime_config.device_id.as_deref(),

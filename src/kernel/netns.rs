@@ -250,17 +250,39 @@ mod tests {
     }
 
     #[test]
-    fn run_in_comes_back_to_the_home_namespace() {
+    fn run_in_enters_another_namespace_and_comes_back() {
+        // A second netns: entering the one the thread is already in would pass even if run_in
+        // never switched at all, or never switched back.
+        struct Scratch(String);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &self.0])
+                    .status();
+            }
+        }
+        let scratch = Scratch(format!("rdmans-runin-{}", std::process::id()));
+        let ok = std::process::Command::new("ip")
+            .args(["netns", "add", &scratch.0])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ip netns add {}", scratch.0);
         let home = Netns::current().unwrap();
-        // Entering the namespace the thread is already in exercises both switches without
-        // needing root; the root tests create sockets in real pod namespaces.
-        let inside = home
+        let other = Netns::open(Path::new(&format!("/run/netns/{}", scratch.0))).unwrap();
+        let inside = other
             .run_in(&home, || Netns::current().and_then(|n| n.identity()))
             .unwrap();
-        assert_eq!(inside, home.identity().unwrap());
+        assert_eq!(
+            inside,
+            other.identity().unwrap(),
+            "ran inside the other netns"
+        );
+        assert_ne!(inside, home.identity().unwrap());
         assert_eq!(
             Netns::current().unwrap().identity().unwrap(),
-            home.identity().unwrap()
+            home.identity().unwrap(),
+            "came back home"
         );
     }
 

@@ -156,8 +156,17 @@ def fixture_point_pci_at(netdev):
 
 
 def nic_back(pod):
-    """After a move DEL: the device is back in the host."""
-    return link_exists(pod.nic)
+    """After a move DEL: the device is back in the host under its own name with its own MAC, and
+    no longer in the pod (a device with that name but another MAC, or one left in the pod as
+    well, is not "DEL undid the ADD")."""
+    try:
+        with open("/sys/class/net/%s/address" % pod.nic) as f:
+            if f.read().strip() != pod.mac:
+                return False
+    except OSError:
+        return False
+    in_pod = subprocess.run(["ip", "-n", pod.ns, "-o", "link", "show"], capture_output=True, text=True)
+    return in_pod.returncode == 0 and pod.mac not in in_pod.stdout
 
 
 def run_plugin_cycle(binary, conf, pod, cid, extra_env=None, gone=nic_back):
@@ -609,7 +618,11 @@ def peak_rss(with_ipam):
             if "Maximum resident set size" in line:
                 kb = int(line.split(":")[1])
         env["CNI_COMMAND"] = "DEL"
-        subprocess.run([RDMA_NS], input=json.dumps(conf).encode(), env=env, capture_output=True)
+        d = subprocess.run([RDMA_NS], input=json.dumps(conf).encode(), env=env, capture_output=True)
+        if d.returncode != 0:
+            failures.append("RSS DEL: %s %s" % (d.stdout, d.stderr))
+        elif p.returncode == 0 and not nic_back(pod):
+            failures.append("RSS DEL did not bring %s back" % pod.nic)
         return kb
     finally:
         pod.teardown()

@@ -7,19 +7,37 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM.
+PKGS=(time containernetworking-plugins iproute2 python3)
+if [ "${1:-}" = --print-packages ]; then
+  echo "${PKGS[*]}"
+  exit 0
+fi
+
 if [ "$(id -u)" != 0 ]; then
   echo "tests/bench/run.sh must run as root (it creates network namespaces and links)" >&2
   exit 1
 fi
 
-# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM.
 need=()
-for pkg in time containernetworking-plugins iproute2 python3; do
+for pkg in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+missing=()
+[ -x /usr/bin/time ] || missing+=("/usr/bin/time (time)")
+for p in host-device macvlan static; do
+  [ -x /usr/lib/cni/$p ] || missing+=("/usr/lib/cni/$p (containernetworking-plugins)")
+done
+command -v ip >/dev/null || missing+=("ip (iproute2)")
+[ -x /usr/bin/python3 ] || missing+=("/usr/bin/python3 (python3)")
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "benchmark prerequisites missing: ${missing[*]}" >&2
+  exit 1
 fi
 
 # The binary as it ships (install/build.sh: release profile, static musl).

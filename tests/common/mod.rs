@@ -16,10 +16,13 @@ pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A short unique tag: netdev names are limited to 15 bytes.
+/// A short unique tag: netdev names are limited to 15 bytes. The pid (mod 0x1000, 3 hex digits,
+/// zero-padded so its width is fixed) and the counter are joined by `x`, which no hex digit
+/// is, so two (pid, counter) pairs never give the same tag; pids 0x1000 apart can still meet,
+/// which is why `DataDir`/`FixtureSys` refuse an existing path rather than wipe it.
 pub fn unique(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{:x}{n:x}", std::process::id() % 0xfff)
+    format!("{prefix}{:03x}x{n:x}", std::process::id() % 0x1000)
 }
 
 /// Runs a setup/inspection command (iproute2 in tests only); panics with its stderr on failure.
@@ -273,8 +276,9 @@ pub struct DataDir(pub PathBuf);
 impl DataDir {
     pub fn new() -> DataDir {
         let p = std::env::temp_dir().join(unique("rdma-ns-it-"));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
+        // create_dir, not create_dir_all: a path that exists belongs to another test run, and
+        // wiping it would break that run.
+        std::fs::create_dir(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         DataDir(p)
     }
 
@@ -345,7 +349,8 @@ pub struct FixtureSys {
 impl FixtureSys {
     pub fn new() -> FixtureSys {
         let root = std::env::temp_dir().join(unique("rdma-ns-sys-"));
-        let _ = std::fs::remove_dir_all(&root);
+        // As in DataDir::new: never wipe a path another run may own.
+        std::fs::create_dir(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
         std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
         std::fs::create_dir_all(root.join("bus/auxiliary/devices")).unwrap();
         FixtureSys { root }
@@ -388,10 +393,11 @@ impl Drop for FixtureSys {
     }
 }
 
-/// The host-side facts a failed ADD must leave unchanged.
+/// The host-side facts a failed ADD must leave unchanged and a DEL must restore.
 #[derive(Debug, PartialEq)]
 pub struct HostView {
     pub present: bool,
+    pub mac: String,
     pub mtu: u64,
     pub up: bool,
     pub addrs: Vec<String>,
@@ -401,15 +407,92 @@ pub fn host_view(ifname: &str) -> HostView {
     match host_link(ifname) {
         None => HostView {
             present: false,
+            mac: String::new(),
             mtu: 0,
             up: false,
             addrs: Vec::new(),
         },
         Some(l) => HostView {
             present: true,
+            mac: l["address"].as_str().unwrap_or_default().to_string(),
             mtu: l["mtu"].as_u64().unwrap(),
             up: l["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
             addrs: addrs_in(None, ifname),
         },
     }
+}
+
+/// The full "back in the host" check after a DEL: the device is in the host under its own name
+/// with the MAC, MTU, admin state and addresses it had before ADD. Err says what differs.
+pub fn back_in_host(ifname: &str, before: &HostView) -> Result<(), String> {
+    let now = host_view(ifname);
+    if !now.present {
+        let by_mac: Vec<String> = host_links()
+            .into_iter()
+            .filter(|l| l["address"] == before.mac.as_str())
+            .map(|l| l["ifname"].as_str().unwrap_or_default().to_string())
+            .collect();
+        return Err(format!(
+            "{ifname} is not in the host under its name (host links with its MAC {}: {by_mac:?})",
+            before.mac
+        ));
+    }
+    if now != *before {
+        return Err(format!(
+            "{ifname}: before ADD {before:?}, after DEL {now:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// `ip -j -d link show` of the host netns.
+pub fn host_links() -> Vec<Value> {
+    let out = sh(&["ip", "-j", "-d", "link", "show"]);
+    match serde_json::from_str(&out).expect("ip -j link show is JSON") {
+        Value::Array(v) => v,
+        other => panic!("ip -j link show: not an array: {other}"),
+    }
+}
+
+/// Links of the host netns stacked on `parent` (macvlan, ipvlan, vlan, ipoib children), by
+/// name. iproute2 names a host-side lower device as `"link": "<name>"` (`link_index` only when
+/// it is in another netns), so that is what is matched; the veth's own peer also points at its
+/// parent and is not a child.
+pub fn host_children(parent: &str) -> Vec<String> {
+    host_links()
+        .into_iter()
+        .filter(|l| l["link"] == parent && l["linkinfo"]["info_kind"] != "veth")
+        .map(|l| l["ifname"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The "no child left" check after a DEL: `ifname` gone from the pod and no child of `parent`
+/// in the host (where a refunded IPoIB child or a child the plugin never moved would be).
+pub fn child_gone(ns: &TestNetns, ifname: &str, parent: &str) -> Result<(), String> {
+    if let Some(l) = ns.link(ifname) {
+        return Err(format!("{ifname} is still in pod netns {}: {l}", ns.name));
+    }
+    let left = host_children(parent);
+    if !left.is_empty() {
+        return Err(format!("children of {parent} left in the host: {left:?}"));
+    }
+    Ok(())
+}
+
+/// host-local's leases under its `dataDir` (its `last_reserved_ip.*` and `lock` files are kept
+/// by design and not leases), as paths.
+pub fn leases(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if name != "lock" && !name.starts_with("last_reserved_ip") {
+                found.push(e.path());
+            }
+        }
+    }
+    found
 }

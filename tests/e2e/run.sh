@@ -22,6 +22,13 @@ export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 PY=/usr/bin/python3 # Debian's python (python3-yaml, python3-venv), whatever else is on PATH
 STARTED=$(date +%s)
 
+PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
+  python3 python3-venv python3-yaml ca-certificates tar)
+if [ "${1:-}" = --print-packages ]; then
+  echo "${PKGS[*]}"
+  exit 0
+fi
+
 if [ "$(id -u)" != 0 ]; then
   echo "tests/e2e/run.sh must run as root (runtimes, network namespaces, links)" >&2
   exit 1
@@ -54,8 +61,6 @@ wait_for() {
 # ---------------------------------------------------------------- packages
 section_start=$(date +%s)
 say "== e2e: packages"
-PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
-  python3 python3-venv python3-yaml ca-certificates tar)
 need=()
 for pkg in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -67,6 +72,32 @@ if [ "${#need[@]}" -gt 0 ]; then
   # this cgroup hybrid setup); --no-install-recommends keeps buildah, slirp4netns & co. out.
   DEBIAN_FRONTEND=noninteractive T 900 apt-get install -y -q --no-install-recommends "${need[@]}" \
     >/dev/null || { echo "apt-get install ${need[*]} failed" >&2; exit 1; }
+fi
+# Everything the cases use, named by its package, before any case runs: a missing tool must not
+# first show up as a failure deep inside a case.
+missing=()
+need_tool() { # PACKAGE TOOL...: a command name or an absolute path
+  local pkg=$1 t
+  shift
+  for t in "$@"; do
+    if [[ $t == /* ]]; then [ -x "$t" ] || missing+=("$t ($pkg)"); else command -v "$t" >/dev/null || missing+=("$t ($pkg)"); fi
+  done
+}
+need_tool podman podman
+need_tool containerd containerd ctr
+need_tool runc runc
+need_tool busybox-static /bin/busybox
+need_tool containernetworking-plugins /usr/lib/cni/static /usr/lib/cni/host-local /usr/lib/cni/loopback
+need_tool iproute2 ip
+need_tool util-linux nsenter unshare findmnt flock setsid
+need_tool tar tar
+need_tool "a Rust toolchain (rustup)" cargo rustup
+"$PY" -c 'import yaml' 2>/dev/null || missing+=("python yaml module (python3-yaml)")
+"$PY" -c 'import ensurepip, venv' 2>/dev/null || missing+=("python venv with ensurepip (python3-venv)")
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "e2e prerequisites missing: ${missing[*]}" >&2
+  echo "0 passed, 1 failed"
+  exit 1
 fi
 say "podman $(podman --version | awk '{print $3}'), containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
 TIME_PACKAGES=$(($(date +%s) - section_start))
@@ -87,6 +118,7 @@ CTR_NS="rdma-ns-e2e-$TAG"     # containerd namespace for the ctr case (CRI uses 
 IMG_BUSYBOX="localhost/rdma-ns-e2e/busybox:$TAG"
 IMG_PAUSE="localhost/rdma-ns-e2e/pause:$TAG"
 RESULTS=()
+SKIPS=()
 PASSED=0
 FAILED=0
 SKIPPED=0
@@ -302,19 +334,42 @@ macvlan_gone() {
     left=$(links_with_mac_anywhere "$mac")
     [ -z "$left" ] || die "a link with $mac is left: $left"
   done
-  left=$(ip -o link show type macvlan | grep -F "@$parent:" || true)
+  left=$(host_macvlans_on "$parent")
   [ -z "$left" ] || die "macvlan on $parent left in the host: $left"
   step "no child left in any netns (no link with $* anywhere, no macvlan on $parent in the host)"
 }
 
+# probes_see_planted PARENT: the presence twins of the leak probes, through the same functions:
+# a macvlan planted on PARENT in the host must show in host_macvlans_on, and one planted in a
+# scratch netns with a known MAC must show in links_with_mac_anywhere (by that netns's path).
+# Run before the parent's "before" view is taken; everything planted is removed again.
+probes_see_planted() {
+  local parent=$1 pns=re2${TAG}pr mac=02:e2:ff:00:${TAG:0:2}:${TAG:2:2} got
+  ip link add link "$parent" name "${parent}t" type macvlan || return 1
+  got=$(host_macvlans_on "$parent")
+  ip link del "${parent}t"
+  [[ $got == *"${parent}t@$parent:"* ]] || { echo "host_macvlans_on missed a planted child: '$got'"; return 1; }
+  ip netns add "$pns" || return 1
+  echo "/run/netns/$pns" >>"$TMP/netns"
+  ip link add link "$parent" name "${parent}u" netns "$pns" address "$mac" type macvlan || { ip netns del "$pns"; return 1; }
+  got=$(links_with_mac_anywhere "$mac")
+  ip netns del "$pns"
+  [ "$got" = "/run/netns/$pns ${parent}u" ] || { echo "links_with_mac_anywhere missed a planted link: '$got'"; return 1; }
+  step "the leak probes see planted links: a macvlan on $parent in the host, $mac in another netns"
+}
+# Macvlan children of PARENT in the host netns, as `ip -o link` lines.
+host_macvlans_on() { ip -o link show type macvlan | grep -F "@$1:" || true; }
+
 # plugin_calls LOG: one line per rdma-ns invocation in the log ("CMD netns=... ok|error: ...");
-# fails if any invocation logged an error. Lines carry the pid, so parallel calls are told apart.
+# fails if any invocation logged an error, also one that failed before it logged its command
+# (env validation: listed as "?"). Lines carry the pid, so parallel calls are told apart.
 plugin_calls() {
   awk '
     match($0, /rdma-ns\[[0-9]+\]/) {
       pid = substr($0, RSTART + 8, RLENGTH - 9)
+      if (!(pid in seen)) { seen[pid] = 1; order[n++] = pid; cmd[pid] = "?"; ns[pid] = "?" }
       if ($3 == "debug:" && $5 ~ /^container=/) {
-        order[n++] = pid; cmd[pid] = toupper($4)
+        cmd[pid] = toupper($4)
         netns = $0; sub(/.*netns=/, "", netns); ns[pid] = netns
       } else if ($3 == "error:") {
         msg = $0; sub(/.*error: /, "", msg); err[pid] = msg
@@ -323,6 +378,7 @@ plugin_calls() {
     END {
       for (i = 0; i < n; i++) {
         p = order[i]
+        if (cmd[p] == "?" && !(p in err)) continue
         printf "      %-5s netns=%s -> %s\n", cmd[p], ns[p], (p in err ? "error: " err[p] : "ok")
         if (p in err) bad = 1
       }
@@ -358,6 +414,17 @@ expect_clean() { # DATADIR [NETWORK...] (default $NET)
   done
   step "no libcni cache entry left for $*"
 }
+
+# ---------------------------------------------------------------- the log scan's twin
+# plugin_calls must catch an invocation that fails before it logs its command (here: env
+# validation, CNI_CONTAINERID unset), or its "all succeeded" after each case means nothing.
+echo '{"cniVersion":"1.0.0","name":"x","type":"rdma-ns","device":"none","logFile":"'"$TMP"'/twin.log","logLevel":"debug"}' |
+  CNI_COMMAND=ADD CNI_CONTAINERID= CNI_NETNS=/nonexistent CNI_IFNAME=net1 CNI_PATH=/usr/lib/cni "$PLUGIN" >/dev/null
+if [ ! -s "$TMP/twin.log" ] || plugin_calls "$TMP/twin.log" >/dev/null; then
+  echo "plugin_calls missed an error logged before the command line: $(cat "$TMP/twin.log" 2>/dev/null)" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 
 # ---------------------------------------------------------------- images
 section_start=$(date +%s)
@@ -539,6 +606,8 @@ case_podman() {
   T 120 podman run -d --name "$name" --network "$NET" "$IMG_BUSYBOX" \
     sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run failed (log: $(cat "$log" 2>/dev/null))"
   netns=$(sed -n 's/.*debug: Add .*netns=Some("\(.*\)")/\1/p' "$log" | tail -1)
+  # The "netns gone" check below means something only if this path was found and existed.
+  { [ -n "$netns" ] && [ -e "$netns" ]; } || die "no pod netns path from ADD's log line, or it does not exist: '$netns'"
   echo "$netns" >>"$TMP/netns"
   step "container $name running; ADD got CNI_NETNS=$netns"
 
@@ -550,6 +619,7 @@ case_podman() {
   step "inside (podman exec ip): eth0, mtu $MTU, $mac, inet 10.56.10.2/24"
   [ -z "$(links_with_mac "$mac")" ] || die "$nic is still visible in the host"
   [ -n "$(records "$data")" ] || die "no attachment record while the container runs"
+  [ -n "$(cni_cache)" ] || die "no libcni cache entry while the container runs"
 
   T 60 podman stop -t 10 "$name" >/dev/null || die "podman stop failed"
   [ "$(links_with_mac "$mac")" = "$nic" ] || die "after stop: host links with $mac: '$(links_with_mac "$mac")' (want $nic)"
@@ -581,6 +651,7 @@ case_podman_macvlan() {
   setup_podman
   mkdir -p "$M"
   make_parent "$parent" 10.56.15.1/24 || die "cannot create the parent veth $parent"
+  probes_see_planted "$parent" || die "a leak probe cannot see a planted link"
   pmac=$(mac_of "$parent")
   pidx=$(cat "/sys/class/net/$parent/ifindex")
   view=$(parent_view "$parent")
@@ -598,6 +669,8 @@ case_podman_macvlan() {
   netns_a=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$a")
   netns_b=$(T 30 podman inspect --format '{{.NetworkSettings.SandboxKey}}' "$b")
   printf '%s\n%s\n' "$netns_a" "$netns_b" >>"$TMP/netns"
+  { [ -n "$netns_a" ] && [ -e "$netns_a" ] && [ -n "$netns_b" ] && [ -e "$netns_b" ]; } ||
+    die "pod netns paths from podman inspect missing or not there: '$netns_a' '$netns_b'"
   step "containers $a and $b running, netns $netns_a and $netns_b"
 
   # The MAC reached the plugin through CNI_ARGS: libcni caches the args it passed.
@@ -628,6 +701,10 @@ PY
   [[ $out == *"inet 10.56.14.2/24 "* ]] || die "eth0 in $b: expected 10.56.14.2/24: $out"
   step "inside $b: eth0, mtu $small (the conf's), $mac_b (the kernel's), inet 10.56.14.2/24"
   [ -z "$(links_with_mac "$mac_a")$(links_with_mac "$mac_b")" ] || die "a child is visible in the host"
+  # Presence twins of the after-DEL probes: both children are found in their pods' netns.
+  [ "$(links_with_mac_anywhere "$mac_a" | awk '{print $2}')" = net1 ] || die "links_with_mac_anywhere does not find $a's net1 ($mac_a)"
+  [ "$(links_with_mac_anywhere "$mac_b" | awk '{print $2}')" = eth0 ] || die "links_with_mac_anywhere does not find $b's eth0 ($mac_b)"
+  [ "$(cni_cache "$net_a" | wc -l)" = 1 ] && [ "$(cni_cache "$net_b" | wc -l)" = 1 ] || die "expected one libcni cache entry per network while running"
   [ "$(records "$data" | wc -l)" = 2 ] || die "expected 2 attachment records while both run: $(records "$data")"
   [ "$(leases "$data-host-local" | wc -l)" = 2 ] || die "expected 2 host-local leases: $(leases "$data-host-local")"
   [ "$(links_with_mac "$pmac")" = "$parent" ] || die "$parent is not in the host under its name"
@@ -664,19 +741,38 @@ ctr_run_cni() {
       shift
       exec "$@"' sh "$C" \
     ctr -a "$CD/containerd.sock" -n "$CTR_NS" run --rm --cni --snapshotter native \
+    --mount "type=bind,src=$C/sig,dst=/sig,options=rbind:rw" \
     --runc-root "$C/runc" --fifo-dir "$C/fifo" "$IMG_BUSYBOX" "$id" "$@" >"$C/out" 2>"$C/err"
 }
+# What the ctr cases run in the container: eth0 as the container sees it, then it waits (up to
+# 60 s) for the host to create DIR/sig/go, so that the host can look at the attachment while it
+# exists: the presence twins of the checks made after DEL.
+CTR_SCRIPT='ip -o link show eth0; ip -o addr show eth0; i=0; while [ ! -e /sig/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done'
+# ctr_wait_up C: waits until the container has printed its eth0 (its CNI ADD is done and it
+# waits for DIR/sig/go).
+ctr_wait_up() { wait_for 60 "the container to print its eth0" grep -q eth0 "$1/out"; }
 
 case_ctr() {
   local C=$TMP/ctr nic=re2${TAG}ct mac out data=$TMP/ctr/state log=$TMP/ctr/rdma-ns.log id=rdma-ns-e2e-$TAG
-  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  local ctr_pid
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state,sig}
   cp "$PLUGIN" "$C/bin/rdma-ns"
   make_nic "$nic" || die "cannot create veth $nic"
   mac=$(mac_of "$nic")
+  [ "$(links_with_mac "$mac")" = "$nic" ] || die "links_with_mac does not find $nic ($mac) in the host"
   conflist "$NET" "$nic" 10.56.11.2/24 "$data" "$log" >"$C/net.d/$NET.conflist"
   step "ctr run --cni, containerd $(containerd --version | awk '{print $3}'), device $nic ($mac)"
-  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
-    die "ctr run failed: $(cat "$C/err")"
+  : >"$C/out"
+  ctr_run_cni "$C" "$id" sh -c "$CTR_SCRIPT" &
+  ctr_pid=$!
+  ctr_wait_up "$C" || { touch "$C/sig/go"; wait "$ctr_pid"; die "ctr run failed: $(cat "$C/err")"; }
+  # Presence twins of the checks after DEL, through the same probes.
+  [ -z "$(links_with_mac "$mac")" ] || { touch "$C/sig/go"; wait "$ctr_pid"; die "$nic still in the host while the container runs"; }
+  [ -n "$(records "$data")" ] || { touch "$C/sig/go"; wait "$ctr_pid"; die "no attachment record while the container runs"; }
+  [ -n "$(cni_cache "$NET")" ] || { touch "$C/sig/go"; wait "$ctr_pid"; die "no libcni cache entry while the container runs"; }
+  step "while it runs: $nic not in the host, an attachment record, a libcni cache entry"
+  touch "$C/sig/go"
+  wait "$ctr_pid" || die "ctr run failed: $(cat "$C/err")"
   out=$(cat "$C/out")
   [[ $out == *"eth0"*" mtu $MTU "* ]] || die "eth0 in the container: expected mtu $MTU: $out"
   [[ $out == *"link/ether $mac "* ]] || die "eth0 in the container is not $nic ($mac): $out"
@@ -705,15 +801,28 @@ case_ctr() {
 case_ctr_macvlan() {
   local C=$TMP/ctr-mv parent=re2${TAG}cv pmac view out cmac id=rdma-ns-e2e-$TAG-mv net=$NET.mvc
   local data=$TMP/ctr-mv/state log=$TMP/ctr-mv/rdma-ns.log
-  mkdir -p "$C"/{bin,net.d,runc,fifo,state}
+  local ctr_pid running
+  mkdir -p "$C"/{bin,net.d,runc,fifo,state,sig}
   cp "$PLUGIN" "$C/bin/rdma-ns"
   make_parent "$parent" 10.56.17.1/24 || die "cannot create the parent veth $parent"
+  probes_see_planted "$parent" || die "a leak probe cannot see a planted link"
   pmac=$(mac_of "$parent")
   view=$(parent_view "$parent")
   macvlan_conflist "$net" "$parent" 10.56.16.0/24 "$data" "$log" >"$C/net.d/$net.conflist"
   step "ctr run --cni; parent $parent ($pmac, mtu 9000); network $net from conf/macvlan.conflist (host-local)"
-  ctr_run_cni "$C" "$id" sh -c 'ip -o link show eth0; ip -o addr show eth0' ||
-    die "ctr run failed: $(cat "$C/err")"
+  : >"$C/out"
+  ctr_run_cni "$C" "$id" sh -c "$CTR_SCRIPT" &
+  ctr_pid=$!
+  ctr_wait_up "$C" || { touch "$C/sig/go"; wait "$ctr_pid"; die "ctr run failed: $(cat "$C/err")"; }
+  # Presence twins of the checks after DEL, through the same probes: the child (by the MAC the
+  # container prints) in the task's netns, its lease, its record and its libcni cache entry.
+  cmac=$(sed -n 's/.*link\/ether \([0-9a-f:]*\) .*/\1/p' "$C/out" | head -1)
+  running="$( [ -n "$cmac" ] && links_with_mac_anywhere "$cmac" | awk '{print $2}') lease:$(leases "$data-host-local" | wc -l) records:$(records "$data" | wc -l) cache:$(cni_cache "$net" | wc -l)"
+  touch "$C/sig/go"
+  [ "$running" = "eth0 lease:1 records:1 cache:1" ] ||
+    { wait "$ctr_pid"; die "while the container runs, expected its eth0 ($cmac) in its netns, 1 lease, 1 record, 1 cache entry; got: $running"; }
+  step "while it runs: eth0 ($cmac) found in the task's netns, 1 host-local lease, 1 record, 1 libcni cache entry"
+  wait "$ctr_pid" || die "ctr run failed: $(cat "$C/err")"
   out=$(cat "$C/out")
   [[ $out == *"eth0"*" mtu 9000 "* ]] || die "eth0 in the container: expected the parent's mtu 9000: $out"
   [[ $out == *"inet 10.56.16.2/24 "* ]] || die "eth0 in the container: expected 10.56.16.2/24: $out"
@@ -748,6 +857,9 @@ case_cri() {
   status=$(cri pod-status "$pod") || die "PodSandboxStatus failed"
   netns=$("$PY" -c 'import json,sys;print(json.loads(sys.argv[1])["netns"])' "$status")
   echo "$netns" >>"$TMP/netns"
+  # Presence twins of the checks after RemovePodSandbox: the netns path exists, a record too.
+  { [ -n "$netns" ] && [ -e "$netns" ]; } || die "PodSandboxStatus gives no existing netns: '$netns'"
+  [ -n "$(records "$data")" ] || die "no attachment record while the pod runs"
   [[ $status == *'"ip": "10.56.12.2"'* ]] || die "PodSandboxStatus ip is not 10.56.12.2: $status"
   step "RunPodSandbox ${pod:0:12}: SANDBOX_READY, ip 10.56.12.2 (from the rdma-ns result), netns $netns"
   ctr=$(cri create-ctr "$pod" app "$IMG_BUSYBOX" "$TMP/cri-logs" sleep 600) || die "CreateContainer failed"
@@ -786,13 +898,27 @@ case_cri() {
 
 MUSL_TARGET=x86_64-unknown-linux-musl
 MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
-# A static musl release build, as install/Containerfile makes it. Skipped (exit 77) only when the
-# musl target cannot be had here (not x86_64, or rustup cannot download it).
+# A skip is a failure unless the caller opted in: RDMA_NS_ALLOW_SKIP is a comma-separated list
+# of case names that may skip (only musl, and containerfile which needs its binary, can); CI
+# sets none.
+allowed_skip() { [[ ",${RDMA_NS_ALLOW_SKIP:-}," == *",$1,"* ]]; }
+# cannot CASE WHY: the case cannot run here: a skip (exit 77) if the caller allowed it, else a
+# failure naming the opt-in.
+cannot() {
+  if allowed_skip "$1"; then
+    step "SKIP: $2 (allowed by RDMA_NS_ALLOW_SKIP=$RDMA_NS_ALLOW_SKIP)"
+    echo "$2" >"$TMP/skip-reason"
+    exit 77
+  fi
+  die "$2 (set RDMA_NS_ALLOW_SKIP=$1 to accept a skip)"
+}
+# A static musl release build, as install/Containerfile makes it.
 case_musl() {
-  [ "$(uname -m)" = x86_64 ] || { step "host is $(uname -m), not x86_64: skipped"; exit 77; }
+  touch "$TMP/musl-ran"
+  [ "$(uname -m)" = x86_64 ] || cannot musl "host is $(uname -m), not x86_64"
   if ! rustup target list --installed 2>/dev/null | grep -x "$MUSL_TARGET" >/dev/null; then
-    T 300 rustup target add "$MUSL_TARGET" >/dev/null 2>&1 ||
-      { step "rustup target add $MUSL_TARGET failed (no download here?): skipped"; exit 77; }
+    T 300 rustup target add "$MUSL_TARGET" >"$TMP/rustup.out" 2>&1 ||
+      cannot musl "rustup target add $MUSL_TARGET failed: $(tail -3 "$TMP/rustup.out")"
   fi
   step "rustup target $MUSL_TARGET installed"
   T 1800 cargo build --release --locked --quiet --target "$MUSL_TARGET" || die "cargo build --target $MUSL_TARGET failed"
@@ -838,8 +964,12 @@ EOF
 case_containerfile() {
   "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
   if [ ! -f "$TMP/musl-ok" ]; then
-    step "no static binary from the musl case in this run: the image stage was not built"
-    return 0
+    # The image stage needs the musl case's binary: build it here when that case was not run
+    # (or a failure/allowed skip of it, reported there, counts here too).
+    if [ -f "$TMP/musl-ran" ]; then
+      cannot containerfile "the musl case made no static binary, so the image stage was not built"
+    fi
+    (case_musl) || { [ $? = 77 ] && cannot containerfile "the musl build was skipped"; die "the musl build failed"; }
   fi
   setup_podman
   podman_image || die "podman import failed"
@@ -876,6 +1006,7 @@ case_containerfile() {
 run_case() {
   local name=$1 fn=$2 start rc
   start=$(date +%s)
+  rm -f "$TMP/skip-reason"
   say "== e2e case: $name"
   (set -e; "$fn")
   rc=$?
@@ -884,6 +1015,7 @@ run_case() {
     PASSED=$((PASSED + 1)); RESULTS+=("PASS  $name (${secs}s)")
   elif [ "$rc" = 77 ]; then
     SKIPPED=$((SKIPPED + 1)); RESULTS+=("SKIP  $name (${secs}s)")
+    SKIPS+=("SKIP  $name: $(cat "$TMP/skip-reason" 2>/dev/null)")
   else
     FAILED=$((FAILED + 1)); RESULTS+=("FAIL  $name (${secs}s)")
     case $name in
@@ -941,6 +1073,8 @@ fi
 
 say "== e2e summary (packages ${TIME_PACKAGES}s, build ${TIME_BUILD}s, images ${TIME_IMAGES}s${TIME_CONTAINERD:+, containerd ${TIME_CONTAINERD}s}, total $(($(date +%s) - STARTED))s)"
 for r in "${RESULTS[@]}"; do say "  $r"; done
+# Each skip once more on the last lines, with its reason (only an explicit opt-in gets here).
+for r in "${SKIPS[@]}"; do say "$r"; done
 if [ "$SKIPPED" -gt 0 ]; then
   say "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 else

@@ -3,7 +3,7 @@
 #
 # <results-dir> is the host directory shared read-write (vng --rwdir); it holds the plan
 # written by run.sh, one case a line:
-#     <name> test <test-binary> [filter args...]
+#     <name> test <test-binary> <expected test count> [libtest args...]
 #     <name> script <script-path>
 # For each case this script builds a fresh rxe setup, runs the case, checks that it leaked
 # nothing, and tears everything down again. Results go to <results-dir>/results, one line a
@@ -52,6 +52,13 @@ basics() {
     [[ -c /dev/infiniband/rdma_cm ]] || fatal "/dev/infiniband/rdma_cm missing"
     [[ -x $bin ]] || fatal "rdma-ns binary $bin is not visible in the VM"
     [[ -w $results ]] || fatal "results dir $results is not writable"
+    # libibverbs must see the rxe device through its provider (ibverbs-providers); without it
+    # every verbs tool reports no device, and that must not first show up inside a case.
+    setup >/tmp/vm-probe.log 2>&1 || fatal "rxe setup failed: $(tr '\n' ' ' </tmp/vm-probe.log)"
+    command -v ibv_devices >/dev/null || fatal "ibv_devices not found (install ibverbs-utils on the host)"
+    ibv_devices 2>&1 | awk '$1 == "rxe0" { found = 1 } END { exit !found }' ||
+        fatal "ibv_devices does not list rxe0 (install ibverbs-providers on the host: the rxe provider and /etc/libibverbs.d): $(ibv_devices 2>&1 | tr '\n' ' ')"
+    teardown
     echo "VMGUEST basics ok: kernel $(uname -r), netns_mode $(cat /sys/module/ib_core/parameters/netns_mode)"
 }
 
@@ -158,7 +165,7 @@ run_case() {
             RDMA_NS_VM_SCRATCH="$scratch" RDMA_NS_VM_STATE_DIRS="$scratch/state-dirs" \
             RUST_BACKTRACE=1
         case $kind in
-        test) exec "$1" --test-threads=1 "${@:2}" ;;
+        test) exec "$1" --test-threads=1 "${@:3}" ;;
         script) exec bash "$1" ;;
         *) echo "unknown case kind $kind"; exit 1 ;;
         esac
@@ -166,8 +173,17 @@ run_case() {
     rc=$?
     if ((rc != 0)); then
         note="exit $rc"
-    elif [[ $kind == test ]] && ! grep -Eq '^running [1-9][0-9]* tests?$' "$log"; then
-        note="ran no test (check the filter in tests/vm/cases)"
+    elif [[ $kind == test ]]; then
+        # libtest's one result line: "test result: ok. N passed; 0 failed; K ignored; ...".
+        local ran ignored
+        read -r ran ignored < <(awk '/^test result: / { for (i = 1; i <= NF; i++) {
+            if ($(i + 1) ~ /^passed;?$/) p += $i; if ($(i + 1) ~ /^ignored;?$/) g += $i } }
+            END { print p + 0, g + 0 }' "$log")
+        if [[ $ran != "$2" ]]; then
+            note="ran $ran test(s), tests/vm/cases expects $2 (a test renamed, removed or added? update the case)"
+        elif [[ $ignored != 0 ]]; then
+            note="$ignored test(s) ignored"
+        fi
     fi
     leaked=$(leaks "$scratch/state-dirs")
     if [[ -n $leaked ]]; then

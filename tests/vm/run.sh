@@ -6,7 +6,8 @@
 #   (no CASE)     run every case of the manifest
 #   CASE...       run only these cases, in manifest order
 #   --list        print the case names and exit
-#   --no-install  do not check or install packages
+#   --no-install  do not install packages (they are still checked)
+#   --print-packages  print the Debian packages this tier needs and exit
 # env: RDMA_NS_VM_TIMEOUT  seconds for the whole VM run (default 540: the tier takes 3-5 min on an idle 2-core machine; this only stops a hang)
 #      RDMA_NS_VM_KERNEL   kernel image to boot (default: newest /boot/vmlinuz-*-amd64)
 #      RDMA_NS_VM_MEMORY   guest memory (default 2G)
@@ -18,8 +19,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 manifest=$here/cases
 
-# `file`: vng runs it to check that busybox is static (absent from a minimal Debian 12)
-APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils iproute2 busybox-static file)
+# `file`: vng runs it to check that busybox is static (absent from a minimal Debian 12);
+# ibverbs-providers: libibverbs' rxe provider and /etc/libibverbs.d (without it ibv_devices and
+# ibv_devinfo see no rxe device); python3-pip: to install virtme-ng.
+APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-providers iproute2
+    busybox-static file python3-pip util-linux)
 VNG_PIP=virtme-ng==1.42
 VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-540}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
@@ -30,8 +34,9 @@ now() { echo "${EPOCHREALTIME/,/.}"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---- manifest ---------------------------------------------------------------------------
-# One case a line: "<name> <test-target> [filter args...]" or "<name> script <path>".
-# '#' starts a comment; blank lines are ignored.
+# One case a line (the format is described at the top of tests/vm/cases):
+#   "<name> <test-target> <test-name>...", "<name> <test-target> tests=<N> [skip=<test-name>...]"
+#   or "<name> script <path>". '#' starts a comment; blank lines are ignored.
 CASE_NAMES=()
 declare -A CASE_LINE=()
 read_manifest() {
@@ -51,11 +56,48 @@ read_manifest() {
             [[ -n ${script:-} ]] || die "$manifest:$lineno: script case '$name' names no script"
             [[ -f $repo/$script ]] || die "$manifest:$lineno: no script $script"
         fi
-        CASE_NAMES+=("$name")
-        local words
+        local words w
         read -r -a words <<<"$line"
+        if [[ $kind != script ]]; then
+            ((${#words[@]} > 2)) || die "$manifest:$lineno: case '$name' names no test (give test names or tests=<N>)"
+            if [[ ${words[2]} == tests=* ]]; then
+                [[ ${words[2]} =~ ^tests=[1-9][0-9]*$ ]] || die "$manifest:$lineno: bad count '${words[2]}'"
+                for w in "${words[@]:3}"; do
+                    [[ $w =~ ^skip=[A-Za-z_][A-Za-z0-9_]*$ ]] || die "$manifest:$lineno: after tests=<N> only skip=<test-name> may follow, not '$w'"
+                done
+            else
+                for w in "${words[@]:2}"; do
+                    [[ $w =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "$manifest:$lineno: '$w' is not a test name (exact names only; tests=<N> for the whole binary)"
+                done
+            fi
+        fi
+        CASE_NAMES+=("$name")
         CASE_LINE[$name]=${words[*]}
     done <"$manifest"
+}
+
+# Every `fn vm_*` of tests/*.rs must run in some case: named on a line of its target, or in a
+# whole-binary line (tests=<N>) of its target that does not skip it. The host tiers never run
+# vm_* tests, so one left out of the manifest would run nowhere.
+check_coverage() {
+    local f target fn name words covered missing=()
+    for f in "$repo"/tests/*.rs; do
+        target=$(basename "$f" .rs)
+        for fn in $(grep -oE '^\s*(pub\s+)?fn vm_[A-Za-z0-9_]+' "$f" | sed -E 's/.*fn //'); do
+            covered=0
+            for name in "${CASE_NAMES[@]}"; do
+                read -r -a words <<<"${CASE_LINE[$name]}"
+                [[ ${words[1]} == "$target" ]] || continue
+                if [[ ${words[2]} == tests=* ]]; then
+                    [[ " ${words[*]:3} " == *" skip=$fn "* ]] || covered=1
+                elif [[ " ${words[*]:2} " == *" $fn "* ]]; then
+                    covered=1
+                fi
+            done
+            ((covered)) || missing+=("$target::$fn")
+        done
+    done
+    ((${#missing[@]} == 0)) || die "VM tests in no case of $manifest (they would run nowhere): ${missing[*]}"
 }
 
 # ---- packages ---------------------------------------------------------------------------
@@ -64,9 +106,6 @@ ensure_packages() {
     for p in "${APT_PACKAGES[@]}"; do
         [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
     done
-    if ! command -v vng >/dev/null && ! python3 -m pip --version >/dev/null 2>&1; then
-        missing+=(python3-pip)
-    fi
     if ((${#missing[@]})); then
         [[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}): run as root to install them"
         say "installing ${missing[*]}"
@@ -81,6 +120,22 @@ ensure_packages() {
         hash -r
         command -v vng >/dev/null || die "vng is not on PATH after installing $VNG_PIP"
     fi
+}
+
+# Everything the tier uses on the host, named by its package, before the VM boots. (Inside the
+# guest, guest.sh checks that ibv_devices lists the rxe device before any case.)
+check_prerequisites() {
+    local missing=() t
+    for t in qemu-system-x86_64:qemu-system-x86 rdma:iproute2 ip:iproute2 ibv_devices:ibverbs-utils \
+        ibv_devinfo:ibverbs-utils busybox:busybox-static file:file flock:util-linux \
+        vng:"virtme-ng (pip)" cargo:"a Rust toolchain (rustup)"; do
+        command -v "${t%%:*}" >/dev/null || missing+=("${t%%:*} (${t#*:})")
+    done
+    [[ -d /etc/libibverbs.d ]] && compgen -G '/usr/lib/*/libibverbs/librxe-rdmav*.so' >/dev/null ||
+        missing+=("libibverbs rxe provider and /etc/libibverbs.d (ibverbs-providers)")
+    compgen -G '/boot/vmlinuz-*-amd64' >/dev/null || [[ -n ${RDMA_NS_VM_KERNEL:-} ]] ||
+        missing+=("/boot/vmlinuz-*-amd64 (linux-image-amd64)")
+    ((${#missing[@]} == 0)) || die "prerequisites missing: ${missing[*]}"
 }
 
 pick_kernel() {
@@ -121,6 +176,7 @@ main() {
     local list=0 install=1 want=()
     while (($#)); do
         case $1 in
+        --print-packages) echo "${APT_PACKAGES[*]}"; exit 0 ;;
         --list) list=1 ;;
         --no-install) install=0 ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -131,6 +187,7 @@ main() {
     done
 
     read_manifest
+    check_coverage
     if ((list)); then
         printf '%s\n' "${CASE_NAMES[@]}"
         exit 0
@@ -151,7 +208,8 @@ main() {
 
     local t0
     t0=$(now)
-    ((install)) && ensure_packages
+    if ((install)); then ensure_packages; fi
+    check_prerequisites
     local kernel
     kernel=$(pick_kernel)
     [[ -r $kernel ]] || die "cannot read $kernel (Debian installs it 0600: run as root)"
@@ -213,7 +271,16 @@ main() {
             echo "$name script $repo/${words[2]}" >>"$plan"
         else
             [[ -n ${exe[${words[1]}]:-} ]] || die "cargo built no test binary '${words[1]}' for case $name"
-            echo "$name test ${exe[${words[1]}]} ${words[*]:2}" >>"$plan"
+            # "<name> test <binary> <expected count> <libtest args...>", names matched exactly
+            local expected args=(--exact) w
+            if [[ ${words[2]} == tests=* ]]; then
+                expected=${words[2]#tests=}
+                for w in "${words[@]:3}"; do args+=(--skip "${w#skip=}"); done
+            else
+                expected=$((${#words[@]} - 2))
+                args+=("${words[@]:2}")
+            fi
+            echo "$name test ${exe[${words[1]}]} $expected ${args[*]}" >>"$plan"
         fi
     done
     local t_built

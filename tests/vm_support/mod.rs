@@ -11,8 +11,8 @@ use std::process::Command;
 pub fn require_vm() {
     if std::env::var("RDMA_NS_IN_VM").as_deref() != Ok("1") {
         panic!(
-            "VM-only test: run it with `tests/vm/run.sh <case>`, or skip it on the host with \
-             `cargo test -- --skip vm_`"
+            "VM-only test: run it with `tests/vm/run.sh <case>`; on the host, name the test \
+             targets to run (`cargo test --lib --test move_mode ...`, as tests/run.sh does)"
         );
     }
 }

@@ -46,6 +46,10 @@ move_conf() { # move_conf SELECTOR-FIELD VALUE ADDRESS
 by_name=${PREFIX}17
 by_mac=${PREFIX}1999
 mac=$(cat "/sys/class/net/$by_mac/address")
+# What "back in the host" means after DEL: the same name, MAC, ifindex, MTU, flags, addresses.
+view() { ip -d -o link show dev "$1" | sed 's/^[0-9]*: //'; cat "/sys/class/net/$1/ifindex"; ip -o addr show dev "$1" | awk '{ print $3, $4 }'; }
+before_name=$(view "$by_name")
+before_mac=$(view "$by_mac")
 c1=$(move_conf device "$by_name" 10.30.0.2/24)
 c2=$(move_conf hwaddr "$mac" 10.30.1.2/24)
 cni ADD s1 net1 "$c1" >"$work/add1.json" || fail "ADD by name among $N links: $(cat "$work/add1.json")"
@@ -58,11 +62,14 @@ cni ADD s2 net2 "$c2" >"$work/add2.json" || fail "ADD by hwaddr among $N links: 
 c3=$(printf '{"cniVersion":"1.0.0","name":"scalemv","type":"rdma-ns","mode":"macvlan","master":"rxev0","dataDir":"%s","ipam":{"type":"static","addresses":[{"address":"10.30.2.2/24"}]}}' "$state")
 cni ADD s3 net3 "$c3" >"$work/add3.json" || fail "macvlan ADD among $N links: $(cat "$work/add3.json")"
 grep -q '"index"' "$state"/scalemv/s3:net3.json || fail "no GID index recorded for the macvlan pod IP"
+# The presence twin of the "nothing left in the pod" check below, through the same count.
+[[ $(ip -n vmpod -o link show | grep -vc ' lo:') -eq 3 ]] || fail "expected net1, net2, net3 in the pod"
 for args in "s1 net1 $c1" "s2 net2 $c2" "s3 net3 $c3"; do
     read -r cid ifn conf <<<"$args"
     cni DEL "$cid" "$ifn" "$conf" >"$work/del.json" || fail "DEL $cid: $(cat "$work/del.json")"
 done
-[[ -e /sys/class/net/$by_name && -e /sys/class/net/$by_mac ]] || fail "moved dummies are not back in the host"
+[[ $(view "$by_name" 2>&1) == "$before_name" ]] || fail "$by_name is not back as before: was '$before_name', now '$(view "$by_name" 2>&1)'"
+[[ $(view "$by_mac" 2>&1) == "$before_mac" ]] || fail "$by_mac is not back as before: was '$before_mac', now '$(view "$by_mac" 2>&1)'"
 [[ $(ip -n vmpod -o link show | grep -vc ' lo:') -eq 0 ]] || fail "links left in the pod netns"
 echo "ADD/DEL by name, by hwaddr and macvlan+GID correct among $N links"
 # ==========================================================================================
