@@ -4,19 +4,7 @@
 mod common;
 
 use common::*;
-use serde_json::{json, Value};
-
-/// Links in the host netns whose lower device is `parent` (a macvlan made in the host shows
-/// `"link": "<parent>"`).
-fn host_children_of(parent: &str) -> Vec<String> {
-    let v: Value = serde_json::from_str(&sh(&["ip", "-j", "-d", "link", "show"])).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter(|l| l["link"] == parent && l["linkinfo"]["info_kind"] == "macvlan")
-        .map(|l| l["ifname"].as_str().unwrap().to_string())
-        .collect()
-}
+use serde_json::json;
 
 /// A /run/netns name for the host's netns, removed on drop even when the test fails (a leftover
 /// changes how iproute2 prints other tests' links).
@@ -58,9 +46,9 @@ fn the_hosts_own_netns_is_refused_as_a_pod_netns() {
     sh(&[
         "ip", "link", "add", "link", &veth.nic, "name", &probe, "type", "macvlan",
     ]);
-    assert_eq!(host_children_of(&veth.nic), vec![probe.clone()]);
+    assert_eq!(host_children(&veth.nic), vec![probe.clone()]);
     sh(&["ip", "link", "del", &probe]);
-    assert!(host_children_of(&veth.nic).is_empty());
+    assert!(host_children(&veth.nic).is_empty());
 
     for netns in [
         "/proc/self/ns/net".to_string(),
@@ -87,7 +75,7 @@ fn the_hosts_own_netns_is_refused_as_a_pod_netns() {
                 "{netns}: nothing renamed in the host"
             );
             assert!(
-                host_children_of(&veth.nic).is_empty(),
+                host_children(&veth.nic).is_empty(),
                 "{netns}: no host macvlan"
             );
             assert!(data.records().is_empty(), "{netns}");

@@ -114,23 +114,6 @@ fn multus_cni_args(pod_uid: &str, infra_id: &str) -> String {
     )
 }
 
-fn leases(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for net in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(net.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = f.file_name().to_string_lossy().into_owned();
-            if name != "lock" && !name.starts_with("last_reserved_ip") {
-                out.push(name);
-            }
-        }
-    }
-    out
-}
-
 /// Every NAD of the recipe, in both injection styles, with and without the pod asking for an IP
 /// and a MAC: ADD works (or stops at what this kernel lacks, never at the conf), the record
 /// keeps the device ID, the device-info file appears where the capability is declared, and DEL
@@ -203,6 +186,7 @@ fn every_recipe_nad_works_with_what_multus_injects() {
                     }
                     let mut call = Call::new("ADD", &infra, &ns.path(), "net1").env(&sys_k, &sys_v);
                     call.args = multus_cni_args("6b1d0c4e-7f3a-4a8e-9d55-1f2e3c4b5a69", &infra);
+                    let before = host_view(&veth.nic);
                     let add = call.run(&conf);
                     match conf["mode"].as_str() {
                         Some("ipoib") => {
@@ -251,11 +235,11 @@ fn every_recipe_nad_works_with_what_multus_injects() {
 
                     call.command = "DEL".into();
                     call.run(&conf).ok();
-                    assert!(ns.link("net1").is_none(), "{what}: net1 gone");
+                    child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    back_in_host(&veth.nic, &before).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(leases(&lease_dir).is_empty(), "{what}: lease released");
                     assert!(data.records().is_empty(), "{what}: record gone");
                     assert!(!info_path.exists(), "{what}: device-info removed");
-                    assert!(host_link(&veth.nic).is_some(), "{what}: the NIC stays");
                 }
             }
         }

@@ -921,7 +921,9 @@ case_musl() {
       cannot musl "rustup target add $MUSL_TARGET failed: $(tail -3 "$TMP/rustup.out")"
   fi
   step "rustup target $MUSL_TARGET installed"
-  T 1800 cargo build --release --locked --quiet --target "$MUSL_TARGET" || die "cargo build --target $MUSL_TARGET failed"
+  # The shipped build: install/build.sh makes exactly this static musl binary.
+  built=$(T 1800 install/build.sh) || die "install/build.sh failed"
+  [ "$REPO/$built" = "$MUSL_BIN" ] || die "install/build.sh built $built, not $MUSL_BIN"
   # Static: no PT_INTERP program header (a static-pie has PT_DYNAMIC but needs no loader).
   "$PY" - "$MUSL_BIN" <<'PY' || die "$MUSL_BIN is not a static executable"
 import struct, sys
@@ -933,7 +935,7 @@ types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range
 sys.exit(1 if 3 in types else 0)  # 3 = PT_INTERP
 PY
   CNI_COMMAND=VERSION "$MUSL_BIN" </dev/null | grep -q supportedVersions || die "the musl binary does not answer VERSION"
-  step "cargo build --release --locked --target $MUSL_TARGET: $(stat -c %s "$MUSL_BIN") bytes, no ELF interpreter (static), answers VERSION"
+  step "install/build.sh (cargo build --release --locked --target $MUSL_TARGET): $(stat -c %s "$MUSL_BIN") bytes, no ELF interpreter (static), answers VERSION"
   touch "$TMP/musl-ok"
 }
 
