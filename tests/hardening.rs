@@ -200,3 +200,74 @@ fn log_file_and_data_dir_paths_are_checked() {
         .run(&conf)
         .ok();
 }
+
+/// The plugin SIGKILLed while its IPAM ADD runs (a runtime timeout, an OOM kill): the IPAM plugin
+/// dies with it, and DEL's IPAM release waits for anything the IPAM plugin left running, so no
+/// allocation outlives the DEL.
+#[test]
+fn an_ipam_allocation_never_outlives_a_killed_add() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    let before = host_view(&veth.nic);
+    let lease_dir = data.path().join("leases");
+    std::fs::create_dir_all(&lease_dir).unwrap();
+    let pid_file = data.path().join("ipam.pid");
+    let mut conf = move_conf("1.1.0", "killipam", &veth.nic, &data);
+    conf["ipam"] = json!({"type": "cni-test-ipam", "addresses": [{"address": "10.95.0.5/24"}],
+        "leaseDir": lease_dir, "pidFile": pid_file});
+
+    // The probe: a completed ADD leaves exactly its lease, and DEL removes it.
+    Call::new("ADD", "kipam", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+    assert_eq!(std::fs::read_dir(&lease_dir).unwrap().count(), 1);
+    Call::new("DEL", "kipam", &ns.path(), "net1")
+        .run(&conf)
+        .ok();
+    assert_eq!(std::fs::read_dir(&lease_dir).unwrap().count(), 0);
+    std::fs::remove_file(&pid_file).unwrap();
+
+    conf["ipam"]["sleepMs"] = json!({"ADD": 4000});
+    conf["ipam"]["lingerMs"] = json!(1500);
+    let mut add = Call::new("ADD", "kipam", &ns.path(), "net1").spawn(&conf);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pid_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the IPAM plugin never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let ipam_pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    add.kill().unwrap();
+    add.wait().unwrap();
+    let killed_at = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{ipam_pid}")).exists() {
+        assert!(
+            killed_at.elapsed() < std::time::Duration::from_secs(2),
+            "the IPAM plugin {ipam_pid} outlived the killed plugin"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for _ in 0..2 {
+        Call::new("DEL", "kipam", &ns.path(), "net1")
+            .run(&conf)
+            .ok();
+    }
+    assert!(
+        killed_at.elapsed() >= std::time::Duration::from_millis(1500),
+        "DEL waited for the lingering allocation"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    assert_eq!(
+        std::fs::read_dir(&lease_dir).unwrap().count(),
+        0,
+        "no lease left after DEL"
+    );
+    back_in_host(&veth.nic, &before).unwrap();
+    assert!(data.records().is_empty());
+}

@@ -481,8 +481,8 @@ fn intent_and_child<'a>(
 /// 15 to 40 ms on the benchmark VM), which hides most of the IPAM plugin's exec (not all: the
 /// exec's CPU work stretches the grace period a little). Every error of both is collected, and
 /// the record stays until both succeeded.
-pub fn del(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    crate::attach::del_recorded(ctx, req, None, |att| {
+pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+    crate::attach::del_recorded(ctx, req, pc, false, |att| {
         release_child(ctx.kernel, req.env.netns.as_deref(), att)
     })
 }

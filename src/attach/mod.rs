@@ -132,6 +132,27 @@ pub fn add_beside_ipam<'a, T>(
         // No IPAM plugin to exec.
         (work(plan), ctx.ipam.add(req))
     } else {
+        // The IPAM plugin inherits this lock: if this process is killed, the plugin's own
+        // PR_SET_PDEATHSIG ends it, and any process it left holds the lock until it is gone,
+        // so DEL's IPAM release waits for the last writer of the allocation.
+        // Busy means an IPAM plugin of this same attachment still runs: try again later. A
+        // data dir that cannot hold the lock fails the intent record beside IPAM anyway, with
+        // its own message.
+        let ipam_lock = match ctx.store.lock_device(
+            &ipam_lock_key(req),
+            std::time::Duration::from_millis(config::DEFAULT_LOCK_TIMEOUT_MS),
+        ) {
+            Ok(lock) => Some(lock),
+            Err(e @ Error::TryAgainLater(_)) => return Err(e),
+            Err(e) => {
+                crate::log::warn(&format!("IPAM runs without its lock: {e}"));
+                None
+            }
+        };
+        if let Some(lock) = &ipam_lock {
+            lock.inherit_by_children()
+                .map_err(|e| Error::io("letting the IPAM plugin inherit its lock", e))?;
+        }
         let ipam_ops = ctx.ipam;
         std::thread::scope(|scope| {
             let ipam_add = scope.spawn(move || ipam_ops.add(req));
@@ -160,6 +181,14 @@ pub fn add_beside_ipam<'a, T>(
     Ok((made, ipam))
 }
 
+/// The per-attachment lock an IPAM plugin holds from ADD on (see `add_beside_ipam`).
+fn ipam_lock_key(req: &Request) -> String {
+    format!(
+        "ipam-{}-{}-{}",
+        req.conf.name, req.env.container_id, req.env.ifname
+    )
+}
+
 /// IPAM DEL's outcome, run or waited for.
 type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
 
@@ -170,14 +199,21 @@ type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
 fn del_beside_ipam<'s>(
     ctx: &'s Ctx<'s>,
     req: &'s Request,
+    lock_timeout: std::time::Duration,
     rest: impl FnOnce(IpamDel<'_>) -> Result<()>,
 ) -> Result<()> {
     if req.conf.ipam.is_none() {
         return rest(Box::new(|| ctx.ipam.del(req)));
     }
     let ipam = ctx.ipam;
+    let store = ctx.store;
     std::thread::scope(|scope| {
-        let ipam_del = scope.spawn(move || ipam.del(req));
+        // After the IPAM ADD of a killed ADD, if it still runs: it holds this lock (see
+        // `add_beside_ipam`), and a release before it ends could be undone by its allocation.
+        let ipam_del = scope.spawn(move || {
+            let _ipam = store.lock_device(&ipam_lock_key(req), lock_timeout)?;
+            ipam.del(req)
+        });
         rest(Box::new(move || {
             ipam_del
                 .join()
@@ -190,15 +226,17 @@ fn del_beside_ipam<'s>(
 /// of the recorded attachment wherever it is now, then the permissions and device-info file go,
 /// IPAM DEL runs (beside all of it, see `del_beside_ipam`), and the record is dropped only when
 /// all of that succeeded, so a retried DEL does the rest. Every error is collected. With
-/// `device_lock`, the device's lock is held (waited for up to that long) from `release` to the
-/// end of the permission release; a lock that cannot be had ends DEL with its error.
+/// `hold_device_lock`, the device's lock is held (waited for up to `lockTimeoutMs`) from
+/// `release` to the end of the permission release; a lock that cannot be had ends DEL with its
+/// error.
 pub fn del_recorded(
     ctx: &Ctx<'_>,
     req: &Request,
-    device_lock: Option<std::time::Duration>,
+    pc: &PluginConf,
+    hold_device_lock: bool,
     release: impl FnOnce(&state::Attachment) -> Result<()>,
 ) -> Result<()> {
-    del_beside_ipam(ctx, req, |ipam_del| {
+    del_beside_ipam(ctx, req, pc.lock_timeout, |ipam_del| {
         let mut errors = Vec::new();
         let att = match ctx
             .store
@@ -212,9 +250,9 @@ pub fn del_recorded(
         };
         match &att {
             Some(att) => {
-                let _lock = match device_lock {
-                    Some(timeout) => Some(ctx.store.lock_device(&att.device_key, timeout)?),
-                    None => None,
+                let _lock = match hold_device_lock {
+                    true => Some(ctx.store.lock_device(&att.device_key, pc.lock_timeout)?),
+                    false => None,
                 };
                 if let Err(e) = release(att) {
                     errors.push(e);

@@ -396,7 +396,7 @@ fn undo_move(
 /// about 20 ms waiting in the kernel, which hides the IPAM plugin's exec (3 to 4 ms for Debian's
 /// static). host-device too releases the address while the device is still in the pod.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::del_recorded(ctx, req, Some(pc.lock_timeout), |att| {
+    crate::attach::del_recorded(ctx, req, pc, true, |att| {
         release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att)
     })
 }

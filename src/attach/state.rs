@@ -506,10 +506,22 @@ fn private_dir(dir: &Path, follow: bool) -> Result<()> {
     Ok(())
 }
 
-/// Held while an attachment changes its device; released on drop (the fd closes).
+/// Held while an attachment changes its device; released on drop (the fd closes) and when
+/// every process that inherited it is gone.
 #[derive(Debug)]
 pub struct DeviceLock {
     _file: File,
+}
+
+impl DeviceLock {
+    /// Clears FD_CLOEXEC, so processes spawned while the lock is held keep it locked for as
+    /// long as they run: flock(2) locks belong to the open file, shared across fork and exec.
+    pub fn inherit_by_children(&self) -> io::Result<()> {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(&self._file, FcntlArg::F_SETFD(FdFlag::empty()))
+            .map(drop)
+            .map_err(io::Error::from)
+    }
 }
 
 fn read_record(path: &Path) -> Result<Option<Attachment>> {

@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -77,7 +78,17 @@ pub fn exec(
     let name = plugin_name(plugin);
     let mut attempt = 1;
     let mut child = loop {
-        let spawned = std::process::Command::new(plugin)
+        let mut cmd = std::process::Command::new(plugin);
+        // The plugin dies with the thread that started it (which waits for it, or kills it at
+        // the timeout): an IPAM ADD left running by a killed rdma-ns could otherwise write its
+        // allocation after DEL released it. Only prctl(2) runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let spawned = cmd
             .env("CNI_COMMAND", command.as_str())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -478,7 +489,12 @@ mod tests {
         // The same probe finds the plugin while it runs: one that hangs past this test's own
         // short wait still has its /proc entry.
         let probe = dir.script("probe", "echo $$ > \"$0.pid\"\nexec sleep 30");
-        let mut running = std::process::Command::new(&probe).spawn().unwrap();
+        // Through sh: exec of a script just written can meet ETXTBSY while another test thread
+        // forks with the write fd still open.
+        let mut running = std::process::Command::new("sh")
+            .arg(&probe)
+            .spawn()
+            .unwrap();
         let pid_file = dir.0.join("probe.pid");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !pid_file.exists() && Instant::now() < deadline {

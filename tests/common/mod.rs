@@ -242,7 +242,25 @@ impl Call {
         self.run_raw(conf.to_string().as_bytes())
     }
 
-    pub fn run_raw(&self, stdin: &[u8]) -> Outcome {
+    /// Starts the plugin with `conf` on stdin and returns at once (to kill it mid-command).
+    pub fn spawn(&self, conf: &Value) -> std::process::Child {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn plugin");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.to_string().as_bytes())
+            .unwrap();
+        child
+    }
+
+    fn command(&self) -> Command {
         let mut cmd = Command::new(PLUGIN);
         // libcni sets every variable, some of them empty: mimic that exactly.
         cmd.env_clear()
@@ -256,6 +274,11 @@ impl Call {
         for (k, v) in &self.extra_env {
             cmd.env(k, v);
         }
+        cmd
+    }
+
+    pub fn run_raw(&self, stdin: &[u8]) -> Outcome {
+        let mut cmd = self.command();
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
