@@ -132,6 +132,15 @@ pub fn plan_macvlan(parent: &Link, pc: &PluginConf, mac: Option<Vec<u8>>) -> Res
         }
     }
     let mode = pc.child.macvlan_mode.unwrap_or(MacvlanMode::Bridge);
+    // The address is decided here, before the intent record, so that the record identifies the
+    // child from its first instant: a plugin killed right after the create still leaves DEL the
+    // address to find it by. A passthru child takes its parent's address (and setting one would
+    // change the parent's), so it is predicted, not set.
+    let hwaddr = match (mac, mode) {
+        (Some(m), _) => Some(m),
+        (None, MacvlanMode::Passthru) => None,
+        (None, _) => Some(random_local_mac()?),
+    };
     Ok(ChildPlan {
         kind: LinkKind::Macvlan { mode },
         mtu: pc.mtu,
@@ -140,8 +149,35 @@ pub fn plan_macvlan(parent: &Link, pc: &PluginConf, mac: Option<Vec<u8>>) -> Res
             parent.name,
             pc.mtu.unwrap_or(parent.mtu)
         ),
-        hwaddr: mac,
+        hwaddr,
     })
+}
+
+/// A random unicast, locally administered MAC, as the kernel picks for a macvlan by default
+/// (eth_hw_addr_random).
+fn random_local_mac() -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut mac = vec![0u8; 6];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut mac))
+        .map_err(|e| Error::io("reading /dev/urandom for the child's MAC", e))?;
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    Ok(mac)
+}
+
+/// The child's address as it will be once created: the one the plan sets, or for a passthru
+/// macvlan its parent's. None for IPoIB, whose address (QPN and port GID) the kernel assigns.
+fn expected_hwaddr(child: &ChildPlan, parent: &Link) -> Option<String> {
+    match (&child.hwaddr, child.kind) {
+        (Some(a), _) => Some(format_hwaddr(a)),
+        (
+            None,
+            LinkKind::Macvlan {
+                mode: MacvlanMode::Passthru,
+            },
+        ) => Some(parent.hwaddr_string()),
+        _ => None,
+    }
 }
 
 /// Decides IPoIB mode and MTU. Byte 0 of the parent's 20-byte address carries the RC flag
@@ -272,7 +308,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     let mut att = Attachment {
         child: Some(ChildRecord {
             kind: child.kind.kind_name().to_string(),
-            hwaddr: None,
+            hwaddr: expected_hwaddr(&child, &parent),
             ipoib: None,
             macvlan_mode: None,
             summary: child.summary.clone(),
@@ -487,10 +523,24 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     })
 }
 
+/// The recorded child: same kind and address. An IPoIB child whose address was not recorded yet
+/// (a plugin killed right after creating it; the kernel picks IPoIB addresses) is recognised by
+/// kind, parent and name, the pod name or the `dev<ifindex>` the kernel gives a refunded child
+/// on a clash.
 fn is_our_child(link: &Link, att: &Attachment) -> bool {
-    let rec = att.child.as_ref();
-    rec.and_then(|r| r.hwaddr.as_deref()) == Some(format_hwaddr(&link.hwaddr).as_str())
-        && link.kind.as_deref() == rec.map(|r| r.kind.as_str())
+    let Some(rec) = att.child.as_ref() else {
+        return false;
+    };
+    if link.kind.as_deref() != Some(rec.kind.as_str()) {
+        return false;
+    }
+    match rec.hwaddr.as_deref() {
+        Some(recorded) => recorded == format_hwaddr(&link.hwaddr),
+        None => {
+            link.link == Some(att.host.ifindex)
+                && (link.name == att.ifname || link.name == format!("dev{}", link.index))
+        }
+    }
 }
 
 /// Deletes an attachment's child interface from wherever it is now.
@@ -531,11 +581,27 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
         None => None,
     };
     if found.is_none() && att.child.as_ref().is_some_and(|c| c.kind == "ipoib") {
-        found = kernel
+        let mut candidates: Vec<Link> = kernel
             .links(Ns::Host)
             .map_err(err)?
             .into_iter()
-            .find(|l| is_our_child(l, att));
+            .filter(|l| is_our_child(l, att))
+            .collect();
+        if candidates.len() > 1 {
+            // Only an unrecorded address can match several: never guess which to delete.
+            return Err(Error::State(format!(
+                "{} (an IPoIB child of {} whose address was never recorded) may be any of {} in \
+                 the host; delete the right one with `ip link del`, then retry DEL",
+                att.ifname,
+                att.host.name,
+                candidates
+                    .iter()
+                    .map(|l| l.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        found = candidates.pop();
     }
     match found {
         Some(link) => kernel.delete_link(Ns::Host, link.index).map_err(|e| {

@@ -509,23 +509,79 @@ mod gids {
 
 #[test]
 fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
-    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    // A kill between the create and the record's next line leaves the intent line alone: it
+    // must identify the child (macvlan: the address chosen before the create; IPoIB: kind,
+    // parent and name), in the pod and, for IPoIB, after a refund to the host.
+    let cases = [
+        (eth_parent(), r#""mode":"macvlan""#, false),
+        (
+            eth_parent(),
+            r#""mode":"macvlan","macvlanMode":"passthru""#,
+            false,
+        ),
+        (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#, false),
+        (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#, true),
+    ];
+    for (parent, fields, refunded) in cases {
+        let w = World::new(parent, fields);
+        w.run(Command::Add, POD, None).unwrap();
+        let path = w.store.dir().join("cn/c1:net1.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "intent, after create, final: {text}");
+        let intent: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        let created = w.children();
+        assert_eq!(created.len(), 1, "{fields}: the child exists");
+        if fields.contains("macvlan") {
+            assert_eq!(
+                intent["child"]["hwaddr"],
+                created[0].1.hwaddr_string(),
+                "{fields}: the intent names the child's address before it exists"
+            );
+        }
+        std::fs::write(&path, format!("{}\n", lines[0])).unwrap();
+        let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+        assert_eq!(att.phase, crate::attach::state::Phase::Adding);
+        if refunded {
+            let mut st = w.kernel.state.borrow_mut();
+            let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
+            kid.0 = "host".into();
+            kid.1.name = format!("dev{}", kid.1.index);
+        }
+        w.run(Command::Del, if refunded { "" } else { POD }, None)
+            .unwrap();
+        assert!(
+            w.children().is_empty(),
+            "{fields}: DEL found and deleted the child"
+        );
+        assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
+    }
+}
+
+#[test]
+fn an_unrecorded_ipoib_child_is_never_guessed_among_several() {
+    let w = World::new(ib_parent(0x80, 2044, true), r#""mode":"ipoib""#);
     w.run(Command::Add, POD, None).unwrap();
-    // Keep what was on disk right after the create step: the intent line and the line the
-    // create step appended (the final record is dropped, as a kill before it would).
     let path = w.store.dir().join("cn/c1:net1.json");
     let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "intent, after create, final: {text}");
-    std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[1])).unwrap();
-    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.phase, crate::attach::state::Phase::Adding);
+    std::fs::write(&path, format!("{}\n", text.lines().next().unwrap())).unwrap();
+    {
+        let mut st = w.kernel.state.borrow_mut();
+        let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
+        kid.0 = "host".into();
+        kid.1.name = format!("dev{}", kid.1.index);
+        let mut twin = kid.1.clone();
+        twin.index += 100;
+        twin.name = format!("dev{}", twin.index);
+        st.links.push(("host".into(), twin));
+    }
+    let e = w.run(Command::Del, "", None).unwrap_err();
+    assert!(e.to_string().contains("ip link del"), "{e}");
+    assert_eq!(w.children().len(), 2, "neither deleted");
     assert!(
-        att.child.as_ref().unwrap().hwaddr.is_some(),
-        "the child's address is recorded"
+        w.store.load("cn", "c1", "net1").unwrap().is_some(),
+        "record kept"
     );
-    w.run(Command::Del, POD, None).unwrap();
-    assert!(w.children().is_empty(), "DEL found and deleted the child");
 }
 
 /// The mlx5 PF and VF netdevs of the fixture tree, as the kernel reports them over netlink.

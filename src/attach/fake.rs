@@ -281,6 +281,17 @@ impl NetOps for FakeKernel {
             ));
         }
         let index = st.links.iter().map(|(_, l)| l.index).max().unwrap_or(0) + 1;
+        // A passthru macvlan takes its lower device's address, as the kernel's does.
+        let inherited = match spec.kind {
+            crate::kernel::LinkKind::Macvlan {
+                mode: crate::kernel::MacvlanMode::Passthru,
+            } => st
+                .links
+                .iter()
+                .find(|(_, l)| l.index == spec.parent_index)
+                .map(|(_, l)| l.hwaddr.clone()),
+            _ => None,
+        };
         st.links.push((
             target,
             Link {
@@ -290,6 +301,7 @@ impl NetOps for FakeKernel {
                 hwaddr: spec
                     .hwaddr
                     .clone()
+                    .or(inherited)
                     .unwrap_or_else(|| vec![2, 0, 0, 0, 1, index as u8]),
                 link: Some(spec.parent_index),
                 kind: Some(spec.kind.kind_name().to_string()),
