@@ -156,7 +156,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         rdma: Some(rec.clone()),
         ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
     };
-    let mut plan = Plan::new(ctx.fail_after.clone());
+    let mut plan = Plan::new(ctx.fault.clone());
     let outcome = (|| {
         crate::attach::write_intent(ctx, &att, &mut plan)?;
         let pod = Ns::Pod(&netns);
@@ -211,9 +211,11 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     if let Some(path) = req.env.netns.as_deref() {
         release(ctx, path, &att)?;
     }
+    crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-release")?;
     let mut errors = Vec::new();
     crate::attach::publish::release_all(ctx, &att, &mut errors);
     Error::collect(errors)?;
+    crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-published")?;
     ctx.store
         .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)
 }

@@ -322,7 +322,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         }
         _ => Vec::new(),
     };
-    let mut plan = Plan::new(ctx.fail_after.clone());
+    let mut plan = Plan::new(ctx.fault.clone());
     match add_steps(
         ctx,
         req,
@@ -496,6 +496,9 @@ fn intent_and_child<'a>(
         k.delete_link(pod, index)
             .map_err(|e| Error::kernel("deleting the child interface", e))
     });
+    // A kill here, before the record below, must still leave DEL able to find the child: the
+    // intent already names it (macvlan: its address; IPoIB: kind, parent and name).
+    plan.checkpoint("created")?;
     // What identifies the child (its address and ifindex) goes into the record at once, so a
     // plugin killed before the final record still leaves DEL able to find it (an IPoIB child
     // outlives its netns: the kernel refunds it to the host).

@@ -242,6 +242,10 @@ impl World {
     }
 
     fn ctx(&self, fail_after: Option<&str>) -> Ctx<'_> {
+        self.ctx_with(fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())))
+    }
+
+    fn ctx_with(&self, fault: Option<crate::attach::plan::Fault>) -> Ctx<'_> {
         Ctx {
             kernel: &self.kernel,
             sys: &self.sys,
@@ -249,7 +253,7 @@ impl World {
             ipam: &self.ipam,
             rdma: &self.rdma,
             dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fail_after: fail_after.map(str::to_string),
+            fault,
         }
     }
 
@@ -311,6 +315,7 @@ fn a_failed_child_add_at_any_step_leaves_nothing() {
         "state-intent",
         "ipam",
         "create",
+        "created",
         "addresses",
         "up",
         "routes",
@@ -450,7 +455,7 @@ mod gids {
             ipam: &w.ipam,
             rdma: &w.rdma,
             dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fail_after: fail_after.map(str::to_string),
+            fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
         };
         child::add(&ctx, &req, &pc).map(|_| ())
     }
@@ -809,4 +814,39 @@ fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
     assert!(info["pci"].get("pci-address").is_none(), "{info}");
     w.run(Command::Del, POD, None).unwrap();
     assert!(!file.exists());
+}
+
+#[test]
+fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
+    for (parent, fields) in [
+        (eth_parent(), r#""mode":"macvlan""#),
+        (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#),
+    ] {
+        crate::attach::kill_points::every_kill_point(
+            || World::new(parent.clone(), fields),
+            |w, command, fault| {
+                let (netns, conf) = match command {
+                    Command::Gc => ("", crate::attach::kill_points::gc_conf(&w.conf)),
+                    _ => (POD, w.conf.clone()),
+                };
+                let req = request(command, &conf, netns);
+                let pc = PluginConf::from_conf(&req.conf).unwrap();
+                let ctx = w.ctx_with(fault);
+                match command {
+                    Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
+                    Command::Del => child::del(&ctx, &req, &pc),
+                    _ => crate::attach::gc(&ctx, &req, pc.lock_timeout),
+                }
+            },
+            |w, case| {
+                assert!(w.children().is_empty(), "{fields} {case}: a child is left");
+                assert!(
+                    w.store.load("cn", "c1", "net1").unwrap().is_none(),
+                    "{fields} {case}: record left"
+                );
+                crate::attach::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
+                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+            },
+        );
+    }
 }

@@ -19,6 +19,8 @@ mod child_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod kill_points;
+#[cfg(test)]
 mod rdma_tests;
 #[cfg(test)]
 mod tests;
@@ -92,8 +94,8 @@ pub struct Ctx<'a> {
     pub rdma: &'a dyn RdmaOps,
     /// Where the RDMA char devices live (`/dev/infiniband`; env `RDMA_NS_DEV_DIR` in tests).
     pub dev_dir: &'a std::path::Path,
-    /// Fault injection for tests: fail an ADD right after this step (see plan.rs).
-    pub fail_after: Option<String>,
+    /// Fault injection for tests: fail or kill an invocation at a step (see plan.rs).
+    pub fault: Option<plan::Fault>,
 }
 
 /// The intent record, written durably before the first kernel change so that a plugin killed
@@ -257,7 +259,9 @@ pub fn del_recorded(
                 if let Err(e) = release(att) {
                     errors.push(e);
                 }
+                plan::kill_point(ctx.fault.as_ref(), "del-release")?;
                 publish::release_all(ctx, att, &mut errors);
+                plan::kill_point(ctx.fault.as_ref(), "del-published")?;
             }
             None => crate::log::info(&format!(
                 "DEL {}:{}: no attachment record; nothing to undo",
@@ -267,6 +271,7 @@ pub fn del_recorded(
         if let Err(e) = ipam_del() {
             errors.push(e);
         }
+        plan::kill_point(ctx.fault.as_ref(), "del-ipam")?;
         if errors.is_empty() && att.is_some() {
             ctx.store
                 .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
@@ -353,7 +358,7 @@ impl RdmaNs {
             ipam: &DelegatedIpam,
             rdma: &RealRdma::default(),
             dev_dir: &dev_dir,
-            fail_after: plan::fault_injection_point(),
+            fault: plan::fault_from_env(),
         };
         f(&ctx, &pc)
     }

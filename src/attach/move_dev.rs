@@ -118,7 +118,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
         (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
     };
-    let mut plan = Plan::new(ctx.fail_after.clone());
+    let mut plan = Plan::new(ctx.fault.clone());
     match add_steps(
         ctx,
         req,

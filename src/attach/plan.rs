@@ -5,23 +5,71 @@
 //! ADD leaves host and pod as they were. Undo failures are collected, never hidden: they are
 //! reported together with the error that triggered the rollback.
 
+use std::cell::Cell;
+
 use crate::error::{Error, Result};
 
 type UndoFn<'a> = Box<dyn FnOnce() -> Result<()> + 'a>;
 
+/// A fault a test plants at a named step of ADD (a checkpoint) or DEL (a kill point).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail right after the step, so the rollback runs every undo registered so far.
+    FailAfter(String),
+    /// SIGKILL the process right after the step: no undo, no further write, as a runtime's
+    /// timeout, the OOM killer or a reboot would leave it.
+    KillAt(String),
+    /// The same in-process, for unit tests over fakes: the step's caller gets an error and
+    /// nothing runs after it, no undo either.
+    SimulatedKillAt(String),
+}
+
+impl Fault {
+    fn kills_at(&self, step: &str) -> bool {
+        matches!(self, Fault::KillAt(s) | Fault::SimulatedKillAt(s) if s == step)
+    }
+}
+
+/// Stops this invocation at `step` when `fault` says to kill it there; the error is what a
+/// simulated kill leaves its caller (nothing may run after it).
+pub fn kill_point(fault: Option<&Fault>, step: &str) -> Result<()> {
+    crate::log::debug(&format!("step {step} done"));
+    #[cfg(test)]
+    VISITED.with(|v| v.borrow_mut().push(step.to_string()));
+    match fault {
+        Some(f @ Fault::KillAt(_)) if f.kills_at(step) => {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            unreachable!("SIGKILL cannot be caught")
+        }
+        Some(f @ Fault::SimulatedKillAt(_)) if f.kills_at(step) => Err(Error::State(format!(
+            "killed after step `{step}` (simulated)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Steps passed on this thread, in order: tests learn every kill point of a command from a
+    /// run, so a new step cannot be missed.
+    pub static VISITED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The undo log of one ADD.
 pub struct Plan<'a> {
     undo: Vec<(&'static str, UndoFn<'a>)>,
-    /// A step name after which to fail, to exercise every undo path.
-    fail_after: Option<String>,
+    fault: Option<Fault>,
+    /// Set by a simulated kill: the process would be gone, so no undo runs.
+    killed: Cell<bool>,
 }
 
 impl<'a> Plan<'a> {
-    /// `fail_after`: see [`fault_injection_point`].
-    pub fn new(fail_after: Option<String>) -> Self {
+    /// `fault`: see [`fault_from_env`].
+    pub fn new(fault: Option<Fault>) -> Self {
         Plan {
             undo: Vec::new(),
-            fail_after,
+            fault,
+            killed: Cell::new(false),
         }
     }
 
@@ -31,9 +79,14 @@ impl<'a> Plan<'a> {
     }
 
     /// Marks `step` as applied. Fails with an injected error when `step` is the configured
-    /// fault-injection point, so the rollback includes the step's own undo.
+    /// fault-injection point, so the rollback includes the step's own undo; or ends the
+    /// invocation there, undo-less, when the fault is a kill.
     pub fn checkpoint(&self, step: &str) -> Result<()> {
-        if self.fail_after.as_deref() == Some(step) {
+        if let Err(e) = kill_point(self.fault.as_ref(), step) {
+            self.killed.set(true);
+            return Err(e);
+        }
+        if self.fault == Some(Fault::FailAfter(step.to_string())) {
             return Err(Error::State(format!(
                 "injected failure after step `{step}` (RDMA_NS_TEST_FAIL_AFTER)"
             )));
@@ -47,6 +100,9 @@ impl<'a> Plan<'a> {
     /// Undoes every registered step in reverse order and returns `cause`, extended with any
     /// undo failures so nothing is hidden.
     pub fn rollback(self, cause: Error) -> Error {
+        if self.killed.get() {
+            return cause;
+        }
         let mut undo_errors = Vec::new();
         for (step, undo) in self.undo.into_iter().rev() {
             crate::log::info(&format!("undo {step}"));
@@ -70,17 +126,19 @@ impl<'a> Plan<'a> {
 }
 
 /// Debug builds only: the step after which an ADD fails on purpose (env
-/// `RDMA_NS_TEST_FAIL_AFTER`), so root tests can exercise every undo path of the real binary.
-/// Release builds never read it.
+/// `RDMA_NS_TEST_FAIL_AFTER`), or after which the plugin SIGKILLs itself (env
+/// `RDMA_NS_TEST_KILL_AT`, a step of ADD or a `del-*` step of DEL), so root tests can exercise
+/// every undo path and every crash point of the real binary. Release builds never read them.
 #[cfg(debug_assertions)]
-pub fn fault_injection_point() -> Option<String> {
-    std::env::var("RDMA_NS_TEST_FAIL_AFTER")
-        .ok()
-        .filter(|s| !s.is_empty())
+pub fn fault_from_env() -> Option<Fault> {
+    let var = |name| std::env::var(name).ok().filter(|s: &String| !s.is_empty());
+    var("RDMA_NS_TEST_KILL_AT")
+        .map(Fault::KillAt)
+        .or_else(|| var("RDMA_NS_TEST_FAIL_AFTER").map(Fault::FailAfter))
 }
 
 #[cfg(not(debug_assertions))]
-pub fn fault_injection_point() -> Option<String> {
+pub fn fault_from_env() -> Option<Fault> {
     None
 }
 
@@ -145,9 +203,24 @@ mod tests {
     #[test]
     fn injected_failure_fires_only_at_the_named_step() {
         let mut plan = plan_without_injection();
-        plan.fail_after = Some("b".into());
+        plan.fault = Some(Fault::FailAfter("b".into()));
         plan.checkpoint("a").unwrap();
         let err = plan.checkpoint("b").unwrap_err();
         assert!(err.to_string().contains("after step `b`"), "{err}");
+    }
+
+    #[test]
+    fn a_simulated_kill_stops_at_its_step_and_runs_no_undo() {
+        let undone = RefCell::new(false);
+        let mut plan = Plan::new(Some(Fault::SimulatedKillAt("b".into())));
+        plan.on_undo("a", || {
+            *undone.borrow_mut() = true;
+            Ok(())
+        });
+        plan.checkpoint("a").unwrap();
+        let err = plan.checkpoint("b").unwrap_err();
+        assert!(err.to_string().contains("killed after step `b`"), "{err}");
+        plan.rollback(err);
+        assert!(!*undone.borrow(), "a killed process undoes nothing");
     }
 }

@@ -102,7 +102,28 @@ impl World {
         netns: &str,
         fail_after: Option<&str>,
     ) -> crate::error::Result<()> {
-        let req = self.request(command, fields, netns);
+        self.run_with(
+            rdma,
+            command,
+            fields,
+            netns,
+            fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
+        )
+    }
+
+    fn run_with(
+        &self,
+        rdma: &FakeRdma<'_>,
+        command: Command,
+        fields: &str,
+        netns: &str,
+        fault: Option<crate::attach::plan::Fault>,
+    ) -> crate::error::Result<()> {
+        let fields = match command {
+            Command::Gc => format!(r#"{fields},"cni.dev/valid-attachments":[]"#),
+            _ => fields.to_string(),
+        };
+        let req = self.request(command, &fields, netns);
         let pc = PluginConf::from_conf(&req.conf)?;
         let ctx = Ctx {
             kernel: self.kernel,
@@ -111,11 +132,12 @@ impl World {
             ipam: &self.ipam,
             rdma,
             dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fail_after: fail_after.map(str::to_string),
+            fault,
         };
         match command {
             Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
             Command::Del => move_dev::del(&ctx, &req, &pc),
+            Command::Gc => crate::attach::gc(&ctx, &req, pc.lock_timeout),
             _ => move_dev::check(&ctx, &req, &pc),
         }
     }
@@ -245,6 +267,49 @@ fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
         assert!(
             w.store.load("rn", "c9", "net1").unwrap().is_none(),
             "{step}"
+        );
+    }
+}
+
+#[test]
+fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
+    for (link, ibdev, index, mac) in [
+        (roce_netdev(), "mlx5_0", 3, ROCE_MAC),
+        (ipoib_netdev(), "ibp94s0", 7, IPOIB_ADDR),
+    ] {
+        let fields = format!(r#""device":"{}""#, link.name);
+        crate::attach::kill_points::every_kill_point(
+            || {
+                let w = World::new(vec![link.clone()]);
+                let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[(ibdev, index)]);
+                if mac == IPOIB_ADDR {
+                    // The kernel re-creates IPoIB netdevs when their ib device moves.
+                    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+                }
+                (w, rdma)
+            },
+            |(w, rdma), command, fault| {
+                let netns = if command == Command::Gc { "" } else { POD };
+                w.run_with(rdma, command, &fields, netns, fault)
+            },
+            |(w, rdma), case| {
+                assert_eq!(
+                    rdma.location(ibdev).as_deref(),
+                    Some("host"),
+                    "{case}: {ibdev} back in the host"
+                );
+                let (ns, back) = w.netdev(mac);
+                assert_eq!(
+                    (ns.as_str(), back.name.as_str(), back.mtu),
+                    ("host", link.name.as_str(), link.mtu),
+                    "{case}: the netdev back under its name and MTU"
+                );
+                assert!(
+                    w.store.load("rn", "c9", "net1").unwrap().is_none(),
+                    "{case}"
+                );
+                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+            },
         );
     }
 }
@@ -396,7 +461,22 @@ mod chained {
         fields: &str,
         netns: &str,
     ) -> crate::error::Result<Option<crate::cni::result::CniResult>> {
-        let req = w.request(command, &format!(r#""mode":"rdma",{fields}"#), netns);
+        run_with(w, rdma, command, fields, netns, None)
+    }
+
+    fn run_with(
+        w: &World,
+        rdma: &FakeRdma<'_>,
+        command: Command,
+        fields: &str,
+        netns: &str,
+        fault: Option<crate::attach::plan::Fault>,
+    ) -> crate::error::Result<Option<crate::cni::result::CniResult>> {
+        let gc = match command {
+            Command::Gc => r#","cni.dev/valid-attachments":[]"#,
+            _ => "",
+        };
+        let req = w.request(command, &format!(r#""mode":"rdma",{fields}{gc}"#), netns);
         let pc = PluginConf::from_conf(&req.conf)?;
         let ctx = Ctx {
             kernel: w.kernel,
@@ -405,13 +485,39 @@ mod chained {
             ipam: &w.ipam,
             rdma,
             dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fail_after: None,
+            fault,
         };
         match command {
             Command::Add => chain::add(&ctx, &req, &pc).map(Some),
             Command::Del => chain::del(&ctx, &req, &pc).map(|_| None),
+            Command::Gc => crate::attach::gc(&ctx, &req, pc.lock_timeout).map(|_| None),
             _ => chain::check(&ctx, &req, &pc).map(|_| None),
         }
+    }
+
+    #[test]
+    fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
+        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
+        crate::attach::kill_points::every_kill_point(
+            || {
+                (
+                    World::new(vec![]),
+                    FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]),
+                )
+            },
+            |(w, rdma), command, fault| {
+                let netns = if command == Command::Gc { "" } else { POD };
+                run_with(w, rdma, command, &fields, netns, fault).map(drop)
+            },
+            |(w, rdma), case| {
+                assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"), "{case}");
+                assert!(
+                    w.store.load("rn", "c9", "net1").unwrap().is_none(),
+                    "{case}"
+                );
+                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+            },
+        );
     }
 
     #[test]
@@ -571,7 +677,7 @@ mod published {
                 ipam: &w.ipam,
                 rdma: &rdma,
                 dev_dir: dev.path(),
-                fail_after: fail_after.map(str::to_string),
+                fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
             };
             match command {
                 Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),

@@ -121,7 +121,27 @@ impl World {
             ipam: &self.ipam,
             rdma: &self.rdma,
             dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fail_after: fail_after.map(str::to_string),
+            fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
+        }
+    }
+
+    fn run_with(
+        &self,
+        command: Command,
+        fault: Option<crate::attach::plan::Fault>,
+    ) -> crate::error::Result<()> {
+        let (netns, conf) = match command {
+            Command::Gc => (None, crate::attach::kill_points::gc_conf(&self.conf)),
+            _ => (Some(POD), self.conf.clone()),
+        };
+        let req = request(command, &conf, netns);
+        let pc = PluginConf::from_conf(&req.conf).unwrap();
+        let mut ctx = self.ctx(None);
+        ctx.fault = fault;
+        match command {
+            Command::Add => move_dev::add(&ctx, &req, &pc).map(drop),
+            Command::Del => move_dev::del(&ctx, &req, &pc),
+            _ => crate::attach::gc(&ctx, &req, pc.lock_timeout),
         }
     }
 
@@ -463,4 +483,29 @@ fn check_verifies_presence_mtu_and_prev_result_addresses() {
         .for_each(|(_, l)| l.mtu = 1400);
     let err = move_dev::check(&w.ctx(None), &req, &pc).unwrap_err();
     assert!(err.to_string().contains("MTU 1400"), "{err}");
+}
+
+#[test]
+fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
+    crate::attach::kill_points::every_kill_point(
+        World::new,
+        |w, command, fault| w.run_with(command, fault),
+        |w, case| {
+            let (ns, link) = w.kernel.locate(&MAC).expect("device exists");
+            assert_eq!(
+                (ns.as_str(), link.name.as_str(), link.mtu),
+                ("host", "ens1f0v0", 1500),
+                "{case}: the device back under its name and MTU"
+            );
+            assert!(
+                w.store
+                    .load("rdma-net", "c0ffee", "net1")
+                    .unwrap()
+                    .is_none(),
+                "{case}: record left"
+            );
+            crate::attach::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
+            crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+        },
+    );
 }

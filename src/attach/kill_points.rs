@@ -1,0 +1,92 @@
+//! Crash safety as a property: for every step of ADD and DEL, an invocation killed right after
+//! it (no undo, no further write) is followed by DEL twice and GC, which must leave nothing
+//! stranded. The steps are learnt from a clean run, so a new step is covered the day it lands.
+
+use crate::attach::plan::{Fault, VISITED};
+use crate::cni::Command;
+use crate::error::Result;
+
+fn visited() -> Vec<String> {
+    VISITED.with(|v| std::mem::take(&mut *v.borrow_mut()))
+}
+
+/// `make` builds a fresh world; `run` runs one command in it with an optional fault;
+/// `assert_clean` checks that nothing is left (its `&str` names the case).
+pub fn every_kill_point<W>(
+    make: impl Fn() -> W,
+    run: impl Fn(&W, Command, Option<Fault>) -> Result<()>,
+    assert_clean: impl Fn(&W, &str),
+) {
+    let w = make();
+    visited();
+    run(&w, Command::Add, None).unwrap();
+    let add_steps = visited();
+    run(&w, Command::Del, None).unwrap();
+    let del_steps: Vec<String> = visited()
+        .into_iter()
+        .filter(|s| s.starts_with("del-"))
+        .collect();
+    assert_clean(&w, "a clean ADD and DEL");
+    assert!(add_steps.len() >= 3, "ADD steps: {add_steps:?}");
+    assert!(del_steps.len() >= 2, "DEL steps: {del_steps:?}");
+
+    let recover = |w: &W, case: &str| {
+        for _ in 0..2 {
+            run(w, Command::Del, None).unwrap_or_else(|e| panic!("{case}: DEL after it: {e}"));
+        }
+        run(w, Command::Gc, None).unwrap_or_else(|e| panic!("{case}: GC after it: {e}"));
+        assert_clean(w, case);
+    };
+    for step in &add_steps {
+        let case = format!("killed after ADD step {step}");
+        let w = make();
+        let e = run(&w, Command::Add, Some(Fault::SimulatedKillAt(step.clone()))).expect_err(&case);
+        assert!(e.to_string().contains("killed after step"), "{case}: {e}");
+        recover(&w, &case);
+    }
+    for step in &del_steps {
+        let case = format!("killed after DEL step {step}");
+        let w = make();
+        run(&w, Command::Add, None).unwrap();
+        let e = run(&w, Command::Del, Some(Fault::SimulatedKillAt(step.clone()))).expect_err(&case);
+        assert!(e.to_string().contains("killed after step"), "{case}: {e}");
+        recover(&w, &case);
+    }
+}
+
+/// IPAM is balanced: after the last ADD there was a DEL.
+pub fn ipam_released(calls: &[&str], case: &str) {
+    let last_add = calls.iter().rposition(|c| *c == "add");
+    let last_del = calls.iter().rposition(|c| *c == "del");
+    if let Some(a) = last_add {
+        assert!(
+            last_del.is_some_and(|d| d > a),
+            "{case}: IPAM allocation never released: {calls:?}"
+        );
+    }
+}
+
+/// No temp file of an atomic write is left anywhere under `dir`.
+pub fn no_temp_files(dir: &std::path::Path, case: &str) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.contains(".tmp-"),
+                "{case}: temp file {name} left in {}",
+                d.display()
+            );
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+}
+
+/// `conf` as a GC request carries it: no attachment is valid any more.
+pub fn gc_conf(conf: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(conf).unwrap();
+    v["cni.dev/valid-attachments"] = serde_json::json!([]);
+    v.to_string()
+}
