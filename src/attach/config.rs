@@ -69,7 +69,7 @@ pub struct PluginConf {
     /// Child-interface settings (modes macvlan and ipoib).
     pub child: ChildConf,
     /// Conf `rdma`: what to do with the netdev's ib device (move mode).
-    pub rdma: crate::attach::rdma_dev::RdmaConf,
+    pub rdma: crate::attach::ib_device::RdmaConf,
     /// Conf `gidTimeoutMs`: how long ADD waits for the kernel to add the pod IPs' RoCE GIDs.
     pub gid_timeout: Duration,
 }
@@ -144,9 +144,9 @@ impl PluginConf {
             Mode::Move | Mode::Rdma => ChildConf::default(),
             Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
         };
-        let rdma = crate::attach::rdma_dev::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
+        let rdma = crate::attach::ib_device::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
         if matches!(mode, Mode::Macvlan | Mode::Ipoib)
-            && rdma == crate::attach::rdma_dev::RdmaConf::Exclusive
+            && rdma == crate::attach::ib_device::RdmaConf::Exclusive
         {
             return Err(Error::UnsupportedField {
                 field: "rdma".into(),

@@ -87,7 +87,7 @@ pub struct Attachment {
     pub child: Option<ChildRecord>,
     /// The ib device moved along (exclusive netns mode), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma: Option<crate::attach::rdma_dev::RdmaRecord>,
+    pub rdma: Option<crate::attach::ib_device::RdmaRecord>,
     /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gids: Vec<crate::attach::gids::GidRecord>,
@@ -95,7 +95,7 @@ pub struct Attachment {
     pub gid_view: Option<crate::attach::gids::GidView>,
     /// Char-device permission changes (conf devicePermissions), restored on release.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub perm_changes: Vec<crate::attach::devperm::PermChange>,
+    pub perm_changes: Vec<crate::attach::permissions::PermChange>,
     /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<String>,

@@ -15,6 +15,10 @@
 //! about several, and the SR-IOV network device plugin joins them with `,`, which is done here
 //! too.
 
+use crate::attach::plan::Plan;
+use crate::attach::state::Attachment;
+use crate::attach::Ctx;
+use crate::cni::Request;
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -256,6 +260,54 @@ pub fn remove(path: &Path) -> Result<()> {
             format!("removing device-info file {}", path.display()),
             e,
         )),
+    }
+}
+
+// ---- the attachment step: write on ADD (with undo), remove on DEL/GC ----
+
+/// Step `device-info`: writes the NPWG device-info file at `runtimeConfig.CNIDeviceInfoFile`
+/// for the attachment's PCI function (the moved device, a child's parent, a chained VF), keeping
+/// what a device plugin already wrote there for the same function. Without a PCI function,
+/// `ib_devices` (a child parent's ib devices) are written alone. Undo puts back what was there.
+pub fn write_device_info<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &Request,
+    att: &mut Attachment,
+    ib_devices: &[String],
+    plan: &mut Plan<'a>,
+) -> Result<()> {
+    let Some(path) = path_from_conf(&req.conf)? else {
+        return plan.checkpoint("device-info");
+    };
+    let info = match (&att.host.pci, ib_devices) {
+        (Some(pci), _) => for_pci(&RdmaSysfs::new(ctx.sys), pci)?,
+        (None, []) => {
+            crate::log::info(&format!(
+                "{}: no PCI function and no ib device, so no device-info file is written at {}",
+                att.host.name,
+                path.display()
+            ));
+            return plan.checkpoint("device-info");
+        }
+        (None, ibdevs) => for_rdma_devices(ibdevs),
+    };
+    let prev = read(&path)?;
+    let info = info.merged_over(prev.as_ref());
+    write(&path, &info)?;
+    att.device_info_file = Some(path.display().to_string());
+    let undo_path: PathBuf = path.clone();
+    plan.on_undo("device-info", move || match &prev {
+        Some(p) => write(&undo_path, p),
+        None => remove(&undo_path),
+    });
+    plan.checkpoint("device-info")
+}
+
+/// DEL/GC: removes the device-info file the attachment wrote (absent is fine).
+pub fn remove_device_info(att: &Attachment) -> Result<()> {
+    match &att.device_info_file {
+        Some(p) => remove(Path::new(p)),
+        None => Ok(()),
     }
 }
 

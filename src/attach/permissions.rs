@@ -33,6 +33,10 @@
 //! ([`LOCK_KEY`]), and so must reading the other records and `restore`, or two attachments can
 //! each record the other's mode as the original.
 
+use crate::attach::plan::Plan;
+use crate::attach::state::Attachment;
+use crate::attach::Ctx;
+use crate::cni::Request;
 use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -570,6 +574,73 @@ fn set_mode_gid(file: &File, path: &Path, md: &Metadata, mode: u32, gid: u32) ->
         })?;
     }
     Ok(())
+}
+
+// ---- the attachment steps: apply on ADD (with undo), release on DEL/GC ----
+
+/// The permission changes recorded by every other attachment on this node: a node they changed
+/// is restored only when the last of them is released (rdma_cm is node-wide).
+fn others(ctx: &Ctx<'_>, att: &Attachment) -> Vec<PermChange> {
+    ctx.store
+        .list_all()
+        .into_iter()
+        .filter(|a| {
+            !(a.network == att.network
+                && a.container_id == att.container_id
+                && a.ifname == att.ifname)
+        })
+        .flat_map(|a| a.perm_changes)
+        .collect()
+}
+
+/// Step `devperm`: sets mode/group of the char devices of `ibdevs` (and rdma_cm) per conf
+/// `devicePermissions`. Runs after any ib device move: a move re-creates uverbs/umad nodes,
+/// possibly with other numbers, so they are read from sysfs (through `ibdev`) only now. The
+/// changes are in the record on disk before the first chmod.
+pub fn apply_permissions<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &Request,
+    att: &mut Attachment,
+    ibdevs: &[String],
+    plan: &mut Plan<'a>,
+) -> Result<()> {
+    let Some(perms) = from_conf(&req.conf)? else {
+        return plan.checkpoint("devperm");
+    };
+    let wants_per_device = perms.uverbs.is_some() || perms.umad.is_some() || perms.issm.is_some();
+    if wants_per_device && ibdevs.is_empty() {
+        return Err(Error::DevicePermission(format!(
+            "devicePermissions asks for uverbs/umad/issm modes, but {} has no ib device: remove \
+             those keys or select an RDMA netdev",
+            att.host.name
+        )));
+    }
+    let lock = ctx
+        .store
+        .lock_device(LOCK_KEY, std::time::Duration::from_secs(10))?;
+    let names: Vec<&str> = ibdevs.iter().map(String::as_str).collect();
+    let devs = char_devs_for(&RdmaSysfs::new(ctx.sys), &names, &perms)?;
+    let changes = self::plan(ctx.dev_dir, &devs, &perms, &others(ctx, att))?;
+    att.perm_changes = changes.clone();
+    ctx.store.save(att)?;
+    let applied = apply(&changes);
+    drop(lock);
+    let undo_att = att.clone();
+    plan.on_undo("devperm", move || release_permissions(ctx, &undo_att));
+    applied?;
+    plan.checkpoint("devperm")
+}
+
+/// DEL/GC/undo: restores each changed node unless another live attachment still uses it.
+pub fn release_permissions(ctx: &Ctx<'_>, att: &Attachment) -> Result<()> {
+    if att.perm_changes.is_empty() {
+        return Ok(());
+    }
+    let _lock = ctx
+        .store
+        .lock_device(LOCK_KEY, std::time::Duration::from_secs(10))?;
+    let others = others(ctx, att);
+    restore(&att.perm_changes, used_by(&others))
 }
 
 #[cfg(test)]

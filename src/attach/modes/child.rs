@@ -9,11 +9,11 @@
 
 use std::path::Path;
 
+use crate::attach::addresses::configure_pod_interface;
 use crate::attach::config::{IpoibModeConf, PluginConf};
 use crate::attach::gids;
-use crate::attach::ipconf::configure_pod_interface;
+use crate::attach::ib_device::RdmaConf;
 use crate::attach::plan::Plan;
-use crate::attach::rdma_dev::RdmaConf;
 use crate::attach::select::{select_parent, Selector};
 use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord};
 use crate::attach::{open_netns, Ctx};
@@ -366,7 +366,7 @@ fn add_steps<'a>(
 
     // IPAM ADD (an exec of the IPAM plugin, the longest step) runs beside the intent record and
     // the child's creation.
-    let (link, ipam) = crate::attach::add_beside_ipam(ctx, req, plan, |plan| {
+    let (link, ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
         intent_and_child(ctx, req, netns, parent, child, att, plan)
     })?;
     let index = link.index;
@@ -396,12 +396,12 @@ fn add_steps<'a>(
     att.pod_ifindex = Some(index);
     att.pod_mtu = Some(link.mtu);
 
-    let parent_ibdevs = crate::attach::move_dev::ib_device_names(ctx.sys, &parent.name)?;
-    let perm_ibdevs = match crate::attach::devperm::from_conf(&req.conf)? {
+    let parent_ibdevs = crate::attach::modes::move_dev::ib_device_names(ctx.sys, &parent.name)?;
+    let perm_ibdevs = match crate::attach::permissions::from_conf(&req.conf)? {
         Some(_) => parent_ibdevs.clone(),
         None => Vec::new(),
     };
-    crate::attach::publish::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
+    crate::attach::permissions::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
 
     let result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
@@ -419,11 +419,11 @@ fn add_steps<'a>(
     }
     plan.checkpoint("gids")?;
 
-    crate::attach::publish::write_device_info(ctx, req, att, &parent_ibdevs, plan)?;
+    crate::attach::device_info::write_device_info(ctx, req, att, &parent_ibdevs, plan)?;
 
     // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
     // that takes the pod netns and the child with it.
-    crate::attach::ipconf::finish_add(ctx, req, netns, att, &link, result, plan)
+    crate::attach::lifecycle::finish_add(ctx, req, netns, att, &link, result, plan)
 }
 
 /// Writes the intent record (durably), then creates the child in the pod with its final name:
@@ -440,7 +440,7 @@ fn intent_and_child<'a>(
     let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
-    crate::attach::write_intent(ctx, att, plan)?;
+    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
 
     let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
     let spec = NewLink {
@@ -521,7 +521,7 @@ fn intent_and_child<'a>(
 /// exec's CPU work stretches the grace period a little). Every error of both is collected, and
 /// the record stays until both succeeded.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::del_recorded(ctx, req, pc, false, |att| {
+    crate::attach::lifecycle::del_recorded(ctx, req, pc, false, |att| {
         release_child(ctx.kernel, req.env.netns.as_deref(), att)
     })
 }
@@ -623,8 +623,8 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
 /// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read back
 /// through IFLA_INFO_DATA), and has prevResult's addresses; then IPAM CHECK.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check_subject(ctx, req)?;
-    let link = crate::attach::check_pod_link(ctx, req, &ns)?;
+    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
+    let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
     let rec = att
         .child
         .as_ref()
@@ -671,7 +671,7 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
             format!("{:?}", rec.macvlan_mode),
         ));
     }
-    crate::attach::move_dev::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
-    crate::attach::move_dev::check_gids(ctx.sys, &ns, &att)?;
+    crate::attach::check::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
+    crate::attach::check::check_gids(ctx.sys, &ns, &att)?;
     ctx.ipam.check(req)
 }

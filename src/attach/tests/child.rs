@@ -3,10 +3,10 @@
 
 use std::ffi::OsString;
 
-use crate::attach::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
 use crate::attach::config::{IpoibModeConf, PluginConf};
-use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::modes::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
 use crate::attach::state::Store;
+use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
 use crate::attach::Ctx;
 use crate::cni::env::RawEnv;
 use crate::cni::{Command, NetConf, Request};
@@ -822,11 +822,11 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
         (eth_parent(), r#""mode":"macvlan""#),
         (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#),
     ] {
-        crate::attach::kill_points::every_kill_point(
+        crate::attach::tests::kill_points::every_kill_point(
             || World::new(parent.clone(), fields),
             |w, command, fault| {
                 let (netns, conf) = match command {
-                    Command::Gc => ("", crate::attach::kill_points::gc_conf(&w.conf)),
+                    Command::Gc => ("", crate::attach::tests::kill_points::gc_conf(&w.conf)),
                     _ => (POD, w.conf.clone()),
                 };
                 let req = request(command, &conf, netns);
@@ -835,7 +835,7 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
                 match command {
                     Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
                     Command::Del => child::del(&ctx, &req, &pc),
-                    _ => crate::attach::gc(&ctx, &req, pc.lock_timeout),
+                    _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
                 }
             },
             |w, case| {
@@ -844,8 +844,11 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
                     w.store.load("cn", "c1", "net1").unwrap().is_none(),
                     "{fields} {case}: record left"
                 );
-                crate::attach::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
-                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+                crate::attach::tests::kill_points::ipam_released(
+                    &w.ipam.calls.lock().unwrap(),
+                    case,
+                );
+                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }

@@ -7,9 +7,10 @@ use std::ffi::OsString;
 use nix::errno::Errno;
 
 use crate::attach::config::PluginConf;
-use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::modes::move_dev;
 use crate::attach::state::Store;
-use crate::attach::{move_dev, Ctx};
+use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::Ctx;
 use crate::cni::env::RawEnv;
 use crate::cni::{Command, NetConf, Request};
 use crate::kernel::rdma::fixtures::SysfsFixture;
@@ -137,7 +138,7 @@ impl World {
         match command {
             Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
             Command::Del => move_dev::del(&ctx, &req, &pc),
-            Command::Gc => crate::attach::gc(&ctx, &req, pc.lock_timeout),
+            Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
             _ => move_dev::check(&ctx, &req, &pc),
         }
     }
@@ -278,7 +279,7 @@ fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
         (ipoib_netdev(), "ibp94s0", 7, IPOIB_ADDR),
     ] {
         let fields = format!(r#""device":"{}""#, link.name);
-        crate::attach::kill_points::every_kill_point(
+        crate::attach::tests::kill_points::every_kill_point(
             || {
                 let w = World::new(vec![link.clone()]);
                 let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[(ibdev, index)]);
@@ -308,7 +309,7 @@ fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
                     w.store.load("rn", "c9", "net1").unwrap().is_none(),
                     "{case}"
                 );
-                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }
@@ -446,7 +447,7 @@ fn check_fails_when_the_ib_port_is_not_active() {
 
 mod chained {
     use super::*;
-    use crate::attach::chain;
+    use crate::attach::modes::chained as chain;
 
     fn prev() -> String {
         r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:0a","sandbox":"/proc/self/ns/net"}],
@@ -490,7 +491,7 @@ mod chained {
         match command {
             Command::Add => chain::add(&ctx, &req, &pc).map(Some),
             Command::Del => chain::del(&ctx, &req, &pc).map(|_| None),
-            Command::Gc => crate::attach::gc(&ctx, &req, pc.lock_timeout).map(|_| None),
+            Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout).map(|_| None),
             _ => chain::check(&ctx, &req, &pc).map(|_| None),
         }
     }
@@ -498,7 +499,7 @@ mod chained {
     #[test]
     fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
         let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
-        crate::attach::kill_points::every_kill_point(
+        crate::attach::tests::kill_points::every_kill_point(
             || {
                 (
                     World::new(vec![]),
@@ -515,7 +516,7 @@ mod chained {
                     w.store.load("rn", "c9", "net1").unwrap().is_none(),
                     "{case}"
                 );
-                crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }

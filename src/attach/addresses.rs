@@ -69,37 +69,3 @@ pub fn configure_pod_interface<'a>(
     }
     plan.checkpoint("routes")
 }
-
-/// The last step of an ADD: the record becomes `ready` (with the IPAM result, for DEL without
-/// prevResult) and the result describes the pod interface, every IP on it.
-pub fn finish_add<'a>(
-    ctx: &'a crate::attach::Ctx<'a>,
-    req: &crate::cni::Request,
-    netns: &Netns,
-    att: &mut crate::attach::state::Attachment,
-    link: &crate::kernel::Link,
-    mut result: CniResult,
-    plan: &mut Plan<'a>,
-) -> Result<CniResult> {
-    att.phase = crate::attach::state::Phase::Ready;
-    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
-        None
-    } else {
-        Some(result.to_value("1.1.0")?)
-    };
-    ctx.store.update(att)?;
-    plan.checkpoint("state")?;
-
-    result.interfaces = vec![crate::cni::result::Interface {
-        name: req.env.ifname.clone(),
-        mac: Some(link.hwaddr_string()),
-        mtu: Some(link.mtu),
-        sandbox: Some(netns.path().display().to_string()),
-        pci_id: att.host.pci.clone(),
-        ..Default::default()
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
-    Ok(result)
-}

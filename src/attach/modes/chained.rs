@@ -7,8 +7,8 @@
 //! the pod's netdevs).
 
 use crate::attach::config::PluginConf;
+use crate::attach::ib_device::{move_error, RdmaRecord};
 use crate::attach::plan::Plan;
-use crate::attach::rdma_dev::{move_error, RdmaRecord};
 use crate::attach::select::{normalize_pci, Selector};
 use crate::attach::state::{Attachment, HostDevice, Phase};
 use crate::attach::{open_netns, Ctx};
@@ -158,7 +158,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
     let mut plan = Plan::new(ctx.fault.clone());
     let outcome = (|| {
-        crate::attach::write_intent(ctx, &att, &mut plan)?;
+        crate::attach::lifecycle::write_intent(ctx, &att, &mut plan)?;
         let pod = Ns::Pod(&netns);
         ctx.rdma
             .move_device(Ns::Host, rec.index, pod)
@@ -177,14 +177,14 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         });
         plan.checkpoint("ib-move")?;
         let mut ready = att.clone();
-        crate::attach::publish::apply_permissions(
+        crate::attach::permissions::apply_permissions(
             ctx,
             req,
             &mut ready,
             std::slice::from_ref(&rec.ibdev),
             &mut plan,
         )?;
-        crate::attach::publish::write_device_info(ctx, req, &mut ready, &[], &mut plan)?;
+        crate::attach::device_info::write_device_info(ctx, req, &mut ready, &[], &mut plan)?;
         ready.phase = Phase::Ready;
         ctx.store.save(&ready)?;
         plan.checkpoint("state")
@@ -213,7 +213,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     }
     crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-release")?;
     let mut errors = Vec::new();
-    crate::attach::publish::release_all(ctx, &att, &mut errors);
+    crate::attach::lifecycle::release_all(ctx, &att, &mut errors);
     Error::collect(errors)?;
     crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-published")?;
     ctx.store
@@ -242,9 +242,9 @@ pub fn release(ctx: &Ctx<'_>, netns: &std::path::Path, att: &Attachment) -> Resu
 
 /// CHECK: the ib device is in the pod netns and its port is ACTIVE.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check_subject(ctx, req)?;
+    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
     match &att.rdma {
-        Some(rec) => crate::attach::move_dev::check_ib_device(ctx.rdma, &ns, rec),
+        Some(rec) => crate::attach::check::check_ib_device(ctx.rdma, &ns, rec),
         None => Err(Error::State(format!(
             "record {} lacks its ib device",
             att.id()

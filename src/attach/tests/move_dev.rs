@@ -7,9 +7,10 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use crate::attach::config::PluginConf;
-use crate::attach::fake::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::modes::move_dev;
 use crate::attach::state::Store;
-use crate::attach::{move_dev, Ctx};
+use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
+use crate::attach::Ctx;
 use crate::cni::env::RawEnv;
 use crate::cni::result::{CniResult, IpConfig, Route};
 use crate::cni::{Command, NetConf, Request};
@@ -131,7 +132,7 @@ impl World {
         fault: Option<crate::attach::plan::Fault>,
     ) -> crate::error::Result<()> {
         let (netns, conf) = match command {
-            Command::Gc => (None, crate::attach::kill_points::gc_conf(&self.conf)),
+            Command::Gc => (None, crate::attach::tests::kill_points::gc_conf(&self.conf)),
             _ => (Some(POD), self.conf.clone()),
         };
         let req = request(command, &conf, netns);
@@ -141,7 +142,7 @@ impl World {
         match command {
             Command::Add => move_dev::add(&ctx, &req, &pc).map(drop),
             Command::Del => move_dev::del(&ctx, &req, &pc),
-            _ => crate::attach::gc(&ctx, &req, pc.lock_timeout),
+            _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
         }
     }
 
@@ -487,7 +488,7 @@ fn check_verifies_presence_mtu_and_prev_result_addresses() {
 
 #[test]
 fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
-    crate::attach::kill_points::every_kill_point(
+    crate::attach::tests::kill_points::every_kill_point(
         World::new,
         |w, command, fault| w.run_with(command, fault),
         |w, case| {
@@ -504,8 +505,8 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
                     .is_none(),
                 "{case}: record left"
             );
-            crate::attach::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
-            crate::attach::kill_points::no_temp_files(w.store.dir(), case);
+            crate::attach::tests::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
+            crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
         },
     );
 }

@@ -5,21 +5,20 @@
 //! beside these two → addresses → up → routes → final record. DEL brings the device back under its original name
 //! and MTU, admin down, also when the pod netns is gone.
 
+use crate::attach::check::{check_gids, check_ib_device, check_prev_addresses};
 use std::path::Path;
 
 use ipnetwork::IpNetwork;
 
+use crate::attach::addresses::configure_pod_interface;
 use crate::attach::config::PluginConf;
-use crate::attach::devperm;
-use crate::attach::gids::{verify_gids, wait_for_gids, with_view, GidView};
-use crate::attach::ipconf::configure_pod_interface;
+use crate::attach::gids::{wait_for_gids, with_view, GidView};
+use crate::attach::ib_device::{self, plan_ib_move, RdmaRecord};
 use crate::attach::plan::Plan;
-use crate::attach::publish;
-use crate::attach::rdma_dev::{self, plan_ib_move, RdmaRecord};
 use crate::attach::select::select_host_device;
 use crate::attach::state::{Attachment, HostDevice};
 use crate::attach::{open_netns, Ctx};
-use crate::cni::result::{CniResult, IpConfig};
+use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
@@ -102,7 +101,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     // (exclusive), or on the host's ib device that lists the pod netdev by its pod name (shared).
     let roce_ports = match (&att.rdma, pc.rdma) {
         (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
-        (Some(_), _) | (None, crate::attach::rdma_dev::RdmaConf::Off) => Vec::new(),
+        (Some(_), _) | (None, crate::attach::ib_device::RdmaConf::Off) => Vec::new(),
         (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
     };
     att.gid_view = match (&att.rdma, roce_ports.is_empty()) {
@@ -113,7 +112,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
 
     // The ib devices whose char devices devicePermissions covers (read while the netdev is
     // still in the host's /sys/class/net).
-    let perm_ibdevs = match (&att.rdma, devperm::from_conf(&req.conf)?) {
+    let perm_ibdevs = match (&att.rdma, crate::attach::permissions::from_conf(&req.conf)?) {
         (_, None) => Vec::new(),
         (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
         (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
@@ -161,7 +160,7 @@ fn add_steps<'a>(
 
     // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
     // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
-    let ((), ipam) = crate::attach::add_beside_ipam(ctx, req, plan, |plan| {
+    let ((), ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
         intent_and_moves(ctx, req, pc, netns, dev, att, host_addresses, plan)
     })?;
 
@@ -178,7 +177,7 @@ fn add_steps<'a>(
     att.pod_ifindex = Some(pod_link.index);
     att.pod_mtu = Some(pod_link.mtu);
 
-    publish::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
+    crate::attach::permissions::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
 
     let result = ipam.unwrap_or_default();
     configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
@@ -216,9 +215,9 @@ fn add_steps<'a>(
     }
     plan.checkpoint("gids")?;
 
-    publish::write_device_info(ctx, req, att, &[], plan)?;
+    crate::attach::device_info::write_device_info(ctx, req, att, &[], plan)?;
 
-    crate::attach::ipconf::finish_add(ctx, req, netns, att, &pod_link, result, plan)
+    crate::attach::lifecycle::finish_add(ctx, req, netns, att, &pod_link, result, plan)
 }
 
 /// Writes the intent record (durably), then moves the ib device (when it moves) and the netdev
@@ -238,7 +237,7 @@ fn intent_and_moves<'a>(
     let k = ctx.kernel;
     let pod = Ns::Pod(netns);
 
-    crate::attach::write_intent(ctx, att, plan)?;
+    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
 
     // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
     // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
@@ -247,7 +246,7 @@ fn intent_and_moves<'a>(
         ctx.rdma
             .move_device(Ns::Host, rec.index, pod)
             .map_err(|e| {
-                rdma_dev::move_error(
+                ib_device::move_error(
                     &rec,
                     &format!("into the pod netns {}", netns.path().display()),
                     e,
@@ -259,7 +258,7 @@ fn intent_and_moves<'a>(
             return_ib_device(k, ctx.rdma, Some(netns), &rec, &host)?;
             match (
                 rec.infiniband,
-                rdma_dev::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)?,
+                ib_device::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)?,
             ) {
                 (true, Some(link)) => restore_host_setup(k, link.index, &host, &addrs),
                 _ => Ok(()),
@@ -269,13 +268,13 @@ fn intent_and_moves<'a>(
     }
 
     if att.rdma.as_ref().is_some_and(|r| r.infiniband) {
-        let link = rdma_dev::find_ipoib_netdev(k, pod, &att.host.hwaddr)?.ok_or_else(|| {
+        let link = ib_device::find_ipoib_netdev(k, pod, &att.host.hwaddr)?.ok_or_else(|| {
             Error::DeviceNotFound(format!(
                 "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device                  moved there",
                 dev.name, att.host.hwaddr
             ))
         })?;
-        rdma_dev::rename_ipoib(k, pod, &link, &req.env.ifname, pc.mtu)?;
+        ib_device::rename_ipoib(k, pod, &link, &req.env.ifname, pc.mtu)?;
         plan.checkpoint("move")?;
     } else {
         let host = att.host.clone();
@@ -336,7 +335,7 @@ fn return_ib_device(
         })?;
         if let Some(index) = index {
             rdma.move_device(pod, index, Ns::Host)
-                .map_err(|e| rdma_dev::move_error(rec, "back to the host netns", e))?;
+                .map_err(|e| ib_device::move_error(rec, "back to the host netns", e))?;
         }
     }
     if rdma
@@ -350,8 +349,8 @@ fn return_ib_device(
         ));
     }
     if rec.infiniband {
-        if let Some(link) = rdma_dev::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)? {
-            rdma_dev::rename_ipoib(k, Ns::Host, &link, &host.name, Some(host.mtu))?;
+        if let Some(link) = ib_device::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)? {
+            ib_device::rename_ipoib(k, Ns::Host, &link, &host.name, Some(host.mtu))?;
         }
     }
     Ok(())
@@ -396,7 +395,7 @@ fn undo_move(
 /// about 20 ms waiting in the kernel, which hides the IPAM plugin's exec (3 to 4 ms for Debian's
 /// static). host-device too releases the address while the device is still in the pod.
 pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::del_recorded(ctx, req, pc, true, |att| {
+    crate::attach::lifecycle::del_recorded(ctx, req, pc, true, |att| {
         release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att)
     })
 }
@@ -679,8 +678,8 @@ fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> 
 /// CHECK: the interface is in the pod with the recorded identity, MTU and prevResult's
 /// addresses; then IPAM CHECK.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check_subject(ctx, req)?;
-    let link = crate::attach::check_pod_link(ctx, req, &ns)?;
+    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
+    let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
     if !same_device(&link, &att.host) {
         return Err(Error::CheckFailed(format!(
             "{} in the pod has hwaddr {}, expected {} (host device {})",
@@ -704,80 +703,6 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
     check_prev_addresses(ctx.kernel, &ns, &link, req)?;
     check_gids(ctx.sys, &ns, &att)?;
     ctx.ipam.check(req)
-}
-
-/// CHECK's GID part: every recorded GID still holds its IP at its index.
-pub fn check_gids(sys: &SysRoot, ns: &Netns, att: &Attachment) -> Result<()> {
-    match att.gid_view {
-        Some(view) if !att.gids.is_empty() => {
-            let ifname = att.ifname.clone();
-            let gids = att.gids.clone();
-            with_view(sys, view, ns, move |s| verify_gids(s, &gids, &ifname))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// CHECK's RDMA part: the ib device is visible in the pod netns and its port is ACTIVE.
-pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Result<()> {
-    let pod = Ns::Pod(ns);
-    let index = rdma
-        .device_index(pod, &rec.ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e))?
-        .ok_or_else(|| {
-            Error::CheckFailed(format!(
-                "ib device {} is not visible in the pod netns",
-                rec.ibdev
-            ))
-        })?;
-    let state = rdma
-        .port_state(pod, index, rec.port)
-        .map_err(|e| Error::kernel(format!("reading port {} of {}", rec.port, rec.ibdev), e))?;
-    if state != Some(4) {
-        return Err(Error::CheckFailed(format!(
-            "port {} of ib device {} is not ACTIVE (state {:?}; 4 is ACTIVE): check the cable and \
-             the subnet manager / switch",
-            rec.port, rec.ibdev, state
-        )));
-    }
-    Ok(())
-}
-
-/// CHECK's address part: every prevResult IP of this interface is on the pod link.
-pub fn check_prev_addresses(
-    kernel: &dyn NetOps,
-    ns: &Netns,
-    link: &Link,
-    req: &Request,
-) -> Result<()> {
-    let Some(prev) = &req.conf.prev_result else {
-        return Ok(());
-    };
-    let have = kernel
-        .addresses(Ns::Pod(ns), link.index)
-        .map_err(|e| Error::kernel(format!("reading addresses of {}", req.env.ifname), e))?;
-    for ip in prev_ips_for(prev, &req.env.ifname) {
-        if !have.contains(&ip.address) {
-            return Err(Error::CheckFailed(format!(
-                "{} in the pod lacks address {} from prevResult (has {})",
-                req.env.ifname,
-                ip.address,
-                have.iter()
-                    .map(|a| a.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// prevResult's IPs that belong to `ifname` (or carry no interface index at all).
-fn prev_ips_for<'r>(prev: &'r CniResult, ifname: &str) -> impl Iterator<Item = &'r IpConfig> {
-    let index = prev.interfaces.iter().position(|i| i.name == ifname);
-    prev.ips
-        .iter()
-        .filter(move |ip| ip.interface.is_none() || ip.interface == index)
 }
 
 /// ADD found no device: if a live attachment holds a device matching the selector, say who.

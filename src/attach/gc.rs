@@ -1,0 +1,48 @@
+//! GC: releases every attachment of a network that the runtime no longer lists as valid.
+
+use crate::attach::modes::{chained, child, move_dev};
+use crate::attach::Ctx;
+use crate::cni::Request;
+use crate::error::{Error, Result};
+
+/// GC: release every attachment of this network that the runtime no longer lists as valid,
+/// then let IPAM collect its own garbage. Keeps going on errors and reports them all.
+pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Result<()> {
+    let valid = &req.conf.valid_attachments;
+    let (attachments, mut errors) = ctx.store.list(&req.conf.name)?;
+    for att in attachments {
+        let keep = valid
+            .iter()
+            .any(|v| v.container_id == att.container_id && v.ifname == att.ifname);
+        if keep {
+            continue;
+        }
+        crate::log::info(&format!("GC: releasing stale attachment {}", att.id()));
+        let outcome = ctx
+            .store
+            .lock_device(&att.device_key, lock_timeout)
+            .and_then(|_lock| {
+                match (&att.child, att.mode.as_str()) {
+                    (Some(_), _) => child::release_child(ctx.kernel, None, &att)?,
+                    (None, "rdma") => {
+                        chained::release(ctx, std::path::Path::new(&att.netns), &att)?
+                    }
+                    (None, _) => move_dev::release_device(ctx.kernel, ctx.rdma, None, &att)?,
+                }
+                let mut published = Vec::new();
+                crate::attach::lifecycle::release_all(ctx, &att, &mut published);
+                Error::collect(published)
+            })
+            .and_then(|_| {
+                ctx.store
+                    .remove(&att.network, &att.container_id, &att.ifname)
+            });
+        if let Err(e) = outcome {
+            errors.push(e);
+        }
+    }
+    if let Err(e) = ctx.ipam.gc(req) {
+        errors.push(e);
+    }
+    Error::collect(errors)
+}

@@ -1,0 +1,242 @@
+//! The lifecycle every mode shares: the intent record before the first kernel change, IPAM
+//! beside the kernel work, the final record, and the one DEL frame (release, published things,
+//! IPAM, record).
+
+use crate::attach::config::{self, PluginConf};
+use crate::attach::device_info::remove_device_info;
+use crate::attach::permissions::release_permissions;
+use crate::attach::plan;
+use crate::attach::plan::Plan;
+use crate::attach::state;
+use crate::attach::state::Attachment;
+use crate::attach::Ctx;
+use crate::cni::result::CniResult;
+use crate::cni::Request;
+use crate::error::{Error, Result};
+use crate::kernel::Netns;
+
+/// The intent record, written durably before the first kernel change so that a plugin killed
+/// mid-ADD leaves DEL something to go by; its undo removes it.
+pub fn write_intent<'a>(
+    ctx: &'a Ctx<'a>,
+    att: &state::Attachment,
+    plan: &mut plan::Plan<'a>,
+) -> Result<()> {
+    ctx.store.save(att)?;
+    let (net, cid, ifn) = (
+        att.network.clone(),
+        att.container_id.clone(),
+        att.ifname.clone(),
+    );
+    plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
+    plan.checkpoint("state-intent")
+}
+
+/// Runs `work` (a mode's first kernel steps, registering their undo on `plan`) with IPAM ADD
+/// beside it on a second thread when the conf has IPAM: neither depends on the other, and the
+/// kernel work (a netns move, a child's creation) waits in the kernel long enough to hide most of
+/// the IPAM plugin's exec. IPAM's undo (IPAM DEL) is registered whenever IPAM ADD succeeded, also
+/// when `work` failed, so a rollback releases the address. Then the `ipam` checkpoint.
+///
+/// The intent record is still durable before the first kernel change (`work` writes it first);
+/// IPAM may allocate before it is, which a crash leaves to the runtime's DEL: DEL always runs
+/// IPAM DEL, record or not.
+pub fn add_beside_ipam<'a, T>(
+    ctx: &'a Ctx<'a>,
+    req: &'a Request,
+    plan: &mut plan::Plan<'a>,
+    work: impl FnOnce(&mut plan::Plan<'a>) -> Result<T>,
+) -> Result<(T, Option<CniResult>)> {
+    let (made, ipam) = if req.conf.ipam.is_none() {
+        // No IPAM plugin to exec.
+        (work(plan), ctx.ipam.add(req))
+    } else {
+        // The IPAM plugin inherits this lock: if this process is killed, the plugin's own
+        // PR_SET_PDEATHSIG ends it, and any process it left holds the lock until it is gone,
+        // so DEL's IPAM release waits for the last writer of the allocation.
+        // Busy means an IPAM plugin of this same attachment still runs: try again later. A
+        // data dir that cannot hold the lock fails the intent record beside IPAM anyway, with
+        // its own message.
+        let ipam_lock = match ctx.store.lock_device(
+            &ipam_lock_key(req),
+            std::time::Duration::from_millis(config::DEFAULT_LOCK_TIMEOUT_MS),
+        ) {
+            Ok(lock) => Some(lock),
+            Err(e @ Error::TryAgainLater(_)) => return Err(e),
+            Err(e) => {
+                crate::log::warn(&format!("IPAM runs without its lock: {e}"));
+                None
+            }
+        };
+        if let Some(lock) = &ipam_lock {
+            lock.inherit_by_children()
+                .map_err(|e| Error::io("letting the IPAM plugin inherit its lock", e))?;
+        }
+        let ipam_ops = ctx.ipam;
+        std::thread::scope(|scope| {
+            let ipam_add = scope.spawn(move || ipam_ops.add(req));
+            let made = work(plan);
+            let ipam = ipam_add
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM ADD thread panicked".into())));
+            (made, ipam)
+        })
+    };
+    let ipam = match ipam {
+        Ok(r) => r,
+        // Both failing hides neither; IPAM's first, as its code may ask the runtime to retry.
+        Err(e) => {
+            return Err(match made {
+                Ok(_) => e,
+                Err(m) => Error::Multiple(vec![e, m]),
+            })
+        }
+    };
+    if ipam.is_some() {
+        plan.on_undo("ipam", move || ctx.ipam.del(req));
+    }
+    let made = made?;
+    plan.checkpoint("ipam")?;
+    Ok((made, ipam))
+}
+
+/// The per-attachment lock an IPAM plugin holds from ADD on (see `add_beside_ipam`).
+fn ipam_lock_key(req: &Request) -> String {
+    format!(
+        "ipam-{}-{}-{}",
+        req.conf.name, req.env.container_id, req.env.ifname
+    )
+}
+
+/// IPAM DEL's outcome, run or waited for.
+type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
+
+/// Runs `rest` (a mode's DEL) with IPAM DEL running beside it on a second thread when the conf
+/// has IPAM: the two are independent, and the kernel work of DEL (a netns move, a netdev delete)
+/// waits in the kernel long enough to hide most of the IPAM plugin's exec. `rest` gets IPAM DEL's
+/// outcome to collect with its own errors.
+fn del_beside_ipam<'s>(
+    ctx: &'s Ctx<'s>,
+    req: &'s Request,
+    lock_timeout: std::time::Duration,
+    rest: impl FnOnce(IpamDel<'_>) -> Result<()>,
+) -> Result<()> {
+    if req.conf.ipam.is_none() {
+        return rest(Box::new(|| ctx.ipam.del(req)));
+    }
+    let ipam = ctx.ipam;
+    let store = ctx.store;
+    std::thread::scope(|scope| {
+        // After the IPAM ADD of a killed ADD, if it still runs: it holds this lock (see
+        // `add_beside_ipam`), and a release before it ends could be undone by its allocation.
+        let ipam_del = scope.spawn(move || {
+            let _ipam = store.lock_device(&ipam_lock_key(req), lock_timeout)?;
+            ipam.del(req)
+        });
+        rest(Box::new(move || {
+            ipam_del
+                .join()
+                .unwrap_or_else(|_| Err(Error::IpamExec("the IPAM DEL thread panicked".into())))
+        }))
+    })
+}
+
+/// DEL of the modes that keep a record (move, macvlan, ipoib): `release` undoes the kernel side
+/// of the recorded attachment wherever it is now, then the permissions and device-info file go,
+/// IPAM DEL runs (beside all of it, see `del_beside_ipam`), and the record is dropped only when
+/// all of that succeeded, so a retried DEL does the rest. Every error is collected. With
+/// `hold_device_lock`, the device's lock is held (waited for up to `lockTimeoutMs`) from
+/// `release` to the end of the permission release; a lock that cannot be had ends DEL with its
+/// error.
+pub fn del_recorded(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    pc: &PluginConf,
+    hold_device_lock: bool,
+    release: impl FnOnce(&state::Attachment) -> Result<()>,
+) -> Result<()> {
+    del_beside_ipam(ctx, req, pc.lock_timeout, |ipam_del| {
+        let mut errors = Vec::new();
+        let att = match ctx
+            .store
+            .load(&req.conf.name, &req.env.container_id, &req.env.ifname)
+        {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        match &att {
+            Some(att) => {
+                let _lock = match hold_device_lock {
+                    true => Some(ctx.store.lock_device(&att.device_key, pc.lock_timeout)?),
+                    false => None,
+                };
+                if let Err(e) = release(att) {
+                    errors.push(e);
+                }
+                plan::kill_point(ctx.fault.as_ref(), "del-release")?;
+                release_all(ctx, att, &mut errors);
+                plan::kill_point(ctx.fault.as_ref(), "del-published")?;
+            }
+            None => crate::log::info(&format!(
+                "DEL {}:{}: no attachment record; nothing to undo",
+                req.env.container_id, req.env.ifname
+            )),
+        }
+        if let Err(e) = ipam_del() {
+            errors.push(e);
+        }
+        plan::kill_point(ctx.fault.as_ref(), "del-ipam")?;
+        if errors.is_empty() && att.is_some() {
+            ctx.store
+                .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
+        }
+        Error::collect(errors)
+    })
+}
+
+/// DEL/GC: everything published, released; errors collected.
+pub fn release_all(ctx: &Ctx<'_>, att: &Attachment, errors: &mut Vec<Error>) {
+    if let Err(e) = release_permissions(ctx, att) {
+        errors.push(e);
+    }
+    if let Err(e) = remove_device_info(att) {
+        errors.push(e);
+    }
+}
+
+/// The last step of an ADD: the record becomes `ready` (with the IPAM result, for DEL without
+/// prevResult) and the result describes the pod interface, every IP on it.
+pub fn finish_add<'a>(
+    ctx: &'a crate::attach::Ctx<'a>,
+    req: &crate::cni::Request,
+    netns: &Netns,
+    att: &mut crate::attach::state::Attachment,
+    link: &crate::kernel::Link,
+    mut result: CniResult,
+    plan: &mut Plan<'a>,
+) -> Result<CniResult> {
+    att.phase = crate::attach::state::Phase::Ready;
+    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
+        None
+    } else {
+        Some(result.to_value("1.1.0")?)
+    };
+    ctx.store.update(att)?;
+    plan.checkpoint("state")?;
+
+    result.interfaces = vec![crate::cni::result::Interface {
+        name: req.env.ifname.clone(),
+        mac: Some(link.hwaddr_string()),
+        mtu: Some(link.mtu),
+        sandbox: Some(netns.path().display().to_string()),
+        pci_id: att.host.pci.clone(),
+        ..Default::default()
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    Ok(result)
+}
