@@ -15,7 +15,7 @@ use crate::attach::config::PluginConf;
 use crate::attach::gids::{wait_for_gids, with_view, GidView};
 use crate::attach::ib_device::{self, plan_ib_move, RdmaRecord};
 use crate::attach::plan::Plan;
-use crate::attach::select::select_host_device;
+use crate::attach::select::{select_host_device, Selector};
 use crate::attach::state::{Attachment, HostDevice};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
@@ -45,96 +45,14 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
     let key = device_key(&found);
     let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
-    // Re-read under the lock: a concurrent attachment may have moved it meanwhile.
-    let dev = ctx
-        .kernel
-        .link_by_index(Ns::Host, found.index)
-        .map_err(|e| Error::kernel(format!("re-reading {}", found.name), e))?
-        .filter(|l| l.hwaddr == found.hwaddr)
-        .ok_or_else(|| {
-            Error::DeviceInUse(format!(
-                "{} ({}) left the host netns while this ADD waited for its lock: another \
-                 attachment took it",
-                found.name,
-                selector.describe()
-            ))
-        })?;
-    refuse_if_held(ctx, req, &key, &dev)?;
-    let ib = plan_ib_move(ctx.rdma, ctx.sys, pc.rdma, &dev)?;
-    if let Some(existing) = ctx
-        .kernel
-        .link_by_name(Ns::Pod(&netns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-    {
-        return Err(Error::IfnameTaken(format!(
-            "the pod netns {} already has an interface named {} (ifindex {}); nothing was moved: \
-             pick another CNI_IFNAME",
-            netns.path().display(),
-            req.env.ifname,
-            existing.index
-        )));
-    }
-    let host_addresses = ctx
-        .kernel
-        .addresses(Ns::Host, dev.index)
-        .map_err(|e| Error::kernel(format!("reading addresses of {}", dev.name), e))?;
-    let host = HostDevice {
-        name: dev.name.clone(),
-        ifindex: dev.index,
-        mtu: dev.mtu,
-        hwaddr: dev.hwaddr_string(),
-        perm_hwaddr: dev.perm_hwaddr.as_deref().map(format_hwaddr),
-        // The netdev's parent device from netlink, else the PCI function the selector named
-        // (sysfs listed this netdev under it).
-        pci: dev.pci_address().map(str::to_string).or(match selector {
-            crate::attach::select::Selector::Pci { address, .. } => Some(address.clone()),
-            _ => None,
-        }),
-        was_up: dev.up,
-        addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
-    };
-    let mut att = Attachment {
-        rdma: ib,
-        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
-    };
-    // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the pod
-    // (exclusive), or on the host's ib device that lists the pod netdev by its pod name (shared).
-    let roce_ports = match (&att.rdma, pc.rdma) {
-        (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
-        (Some(_), _) | (None, crate::attach::ib_device::RdmaConf::Off) => Vec::new(),
-        (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
-    };
-    att.gid_view = match (&att.rdma, roce_ports.is_empty()) {
-        (_, true) => None,
-        (Some(_), false) => Some(GidView::Pod),
-        (None, false) => Some(GidView::Host),
-    };
-
-    // The ib devices whose char devices devicePermissions covers (read while the netdev is
-    // still in the host's /sys/class/net).
-    let perm_ibdevs = match (&att.rdma, crate::attach::permissions::from_conf(&req.conf)?) {
-        (_, None) => Vec::new(),
-        (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
-        (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
-    };
+    let mut add = MoveAdd::decide(ctx, req, pc, &netns, selector, &found, key)?;
     let mut plan = Plan::new(ctx.fault.clone());
-    match add_steps(
-        ctx,
-        req,
-        pc,
-        &netns,
-        &dev,
-        &mut att,
-        &host_addresses,
-        &roce_ports,
-        &perm_ibdevs,
-        &mut plan,
-    ) {
+    match add.run(&mut plan) {
         Ok(result) => {
             plan.commit();
             crate::log::info(&format!(
                 "moved {} into {} as {}",
-                att.host.name, att.netns, att.ifname
+                add.att.host.name, add.att.netns, add.att.ifname
             ));
             Ok(result)
         }
@@ -142,109 +60,168 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn add_steps<'a>(
+/// One move-mode ADD: what is decided before the first change, then one method per step.
+struct MoveAdd<'a> {
     ctx: &'a Ctx<'a>,
     req: &'a Request,
-    pc: &PluginConf,
+    pc: &'a PluginConf,
     netns: &'a Netns,
-    dev: &Link,
-    att: &mut Attachment,
-    host_addresses: &[IpNetwork],
-    roce_ports: &[(String, u32)],
-    perm_ibdevs: &[String],
-    plan: &mut Plan<'a>,
-) -> Result<CniResult> {
-    let k = ctx.kernel;
-    let pod = Ns::Pod(netns);
-
-    // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
-    // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
-    let ((), ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
-        intent_and_moves(ctx, req, pc, netns, dev, att, host_addresses, plan)
-    })?;
-
-    let pod_link = k
-        .link_by_name(pod, &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-        .filter(|l| same_hwaddr(&l.hwaddr, &dev.hwaddr))
-        .ok_or_else(|| {
-            Error::DeviceNotFound(format!(
-                "{} was moved but is not in the pod netns as {}",
-                dev.name, req.env.ifname
-            ))
-        })?;
-    att.pod_ifindex = Some(pod_link.index);
-    att.pod_mtu = Some(pod_link.mtu);
-
-    crate::attach::permissions::apply_permissions(ctx, req, att, perm_ibdevs, plan)?;
-
-    let result = ipam.unwrap_or_default();
-    configure_pod_interface(k, netns, pod_link.index, &req.env.ifname, &result, plan)?;
-
-    if let (Some(view), false) = (att.gid_view, result.ips.is_empty()) {
-        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-        let ifname = req.env.ifname.clone();
-        let timeout = pc.gid_timeout;
-        let found = with_view(ctx.sys, view, netns, |sys| {
-            // rxe deletes its ib device when its netdev leaves the host netns (NETDEV_UNREGISTER):
-            // then there is no GID to report. Hardware keeps its ib device.
-            if roce_ports
-                .iter()
-                .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
-            {
-                crate::log::warn(&format!(
-                    "{ifname}: the ib device(s) {:?} went away when the netdev moved (software RoCE \
-                     does this); no GID to report",
-                    roce_ports
-                ));
-                return Ok(Vec::new());
-            }
-            wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
-        })?;
-        for g in &found {
-            crate::log::info(&format!(
-                "{}: {} has GID index {} ({}) on {} port {}",
-                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
-            ));
-        }
-        if found.is_empty() {
-            att.gid_view = None;
-        }
-        att.gids = found;
-    }
-    plan.checkpoint("gids")?;
-
-    crate::attach::device_info::write_device_info(ctx, req, att, &[], plan)?;
-
-    crate::attach::lifecycle::finish_add(ctx, req, netns, att, &pod_link, result, plan)
+    dev: Link,
+    host_addresses: Vec<IpNetwork>,
+    /// Where the pod IPs' RoCE GIDs will show (empty: none to wait for).
+    roce_ports: Vec<(String, u32)>,
+    /// The ib devices whose char devices `devicePermissions` covers.
+    perm_ibdevs: Vec<String>,
+    att: Attachment,
 }
 
-/// Writes the intent record (durably), then moves the ib device (when it moves) and the netdev
-/// into the pod with its final name and MTU: the part of ADD that runs beside IPAM ADD.
-/// Registers the undo of each.
-#[allow(clippy::too_many_arguments)]
-fn intent_and_moves<'a>(
-    ctx: &'a Ctx<'a>,
-    req: &'a Request,
-    pc: &PluginConf,
-    netns: &'a Netns,
-    dev: &Link,
-    att: &mut Attachment,
-    host_addresses: &[IpNetwork],
-    plan: &mut Plan<'a>,
-) -> Result<()> {
-    let k = ctx.kernel;
-    let pod = Ns::Pod(netns);
+impl<'a> MoveAdd<'a> {
+    /// Everything read and decided under the device lock, before anything changes.
+    fn decide(
+        ctx: &'a Ctx<'a>,
+        req: &'a Request,
+        pc: &'a PluginConf,
+        netns: &'a Netns,
+        selector: &Selector,
+        found: &Link,
+        key: String,
+    ) -> Result<MoveAdd<'a>> {
+        // Re-read under the lock: a concurrent attachment may have moved it meanwhile.
+        let dev = ctx
+            .kernel
+            .link_by_index(Ns::Host, found.index)
+            .map_err(|e| Error::kernel(format!("re-reading {}", found.name), e))?
+            .filter(|l| l.hwaddr == found.hwaddr)
+            .ok_or_else(|| {
+                Error::DeviceInUse(format!(
+                    "{} ({}) left the host netns while this ADD waited for its lock: another \
+                     attachment took it",
+                    found.name,
+                    selector.describe()
+                ))
+            })?;
+        refuse_if_held(ctx, req, &key, &dev)?;
+        let ib = plan_ib_move(ctx.rdma, ctx.sys, pc.rdma, &dev)?;
+        if let Some(existing) = ctx
+            .kernel
+            .link_by_name(Ns::Pod(netns), &req.env.ifname)
+            .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        {
+            return Err(Error::IfnameTaken(format!(
+                "the pod netns {} already has an interface named {} (ifindex {}); nothing was \
+                 moved: pick another CNI_IFNAME",
+                netns.path().display(),
+                req.env.ifname,
+                existing.index
+            )));
+        }
+        let host_addresses = ctx
+            .kernel
+            .addresses(Ns::Host, dev.index)
+            .map_err(|e| Error::kernel(format!("reading addresses of {}", dev.name), e))?;
+        let host = HostDevice {
+            name: dev.name.clone(),
+            ifindex: dev.index,
+            mtu: dev.mtu,
+            hwaddr: dev.hwaddr_string(),
+            perm_hwaddr: dev.perm_hwaddr.as_deref().map(format_hwaddr),
+            // The netdev's parent device from netlink, else the PCI function the selector named
+            // (sysfs listed this netdev under it).
+            pci: dev.pci_address().map(str::to_string).or(match selector {
+                Selector::Pci { address, .. } => Some(address.clone()),
+                _ => None,
+            }),
+            was_up: dev.up,
+            addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
+        };
+        let mut att = Attachment {
+            rdma: ib,
+            ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
+        };
+        // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the
+        // pod (exclusive), or on the host's ib device that lists the pod netdev by its pod name
+        // (shared).
+        let roce_ports = match (&att.rdma, pc.rdma) {
+            (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
+            (Some(_), _) | (None, crate::attach::ib_device::RdmaConf::Off) => Vec::new(),
+            (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
+        };
+        att.gid_view = match (&att.rdma, roce_ports.is_empty()) {
+            (_, true) => None,
+            (Some(_), false) => Some(GidView::Pod),
+            (None, false) => Some(GidView::Host),
+        };
+        // Read while the netdev is still in the host's /sys/class/net.
+        let perm_ibdevs = match (&att.rdma, crate::attach::permissions::from_conf(&req.conf)?) {
+            (_, None) => Vec::new(),
+            (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
+            (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
+        };
+        Ok(MoveAdd {
+            ctx,
+            req,
+            pc,
+            netns,
+            dev,
+            host_addresses,
+            roce_ports,
+            perm_ibdevs,
+            att,
+        })
+    }
 
-    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
+    fn run(&mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
+        let (ctx, req, netns) = (self.ctx, self.req, self.netns);
+        // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
+        // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
+        let ((), ipam) =
+            crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
+                self.intent_and_moves(plan)
+            })?;
+        let pod_link = self.pod_link()?;
+        crate::attach::permissions::apply_permissions(
+            ctx,
+            req,
+            &mut self.att,
+            &self.perm_ibdevs,
+            plan,
+        )?;
+        let result = ipam.unwrap_or_default();
+        configure_pod_interface(
+            ctx.kernel,
+            netns,
+            pod_link.index,
+            &req.env.ifname,
+            &result,
+            plan,
+        )?;
+        self.record_gids(&result, plan)?;
+        crate::attach::device_info::write_device_info(ctx, req, &mut self.att, &[], plan)?;
+        crate::attach::lifecycle::finish_add(ctx, req, netns, &mut self.att, &pod_link, result, plan)
+    }
 
-    // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
-    // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
-    // follows its ib device by itself, re-created by the kernel in the target netns.
-    if let Some(rec) = att.rdma.clone() {
+    /// Writes the intent record (durably), then moves the ib device (when it moves) and the
+    /// netdev into the pod with its final name and MTU: the part of ADD that runs beside IPAM
+    /// ADD.
+    fn intent_and_moves(&mut self, plan: &mut Plan<'a>) -> Result<()> {
+        crate::attach::lifecycle::write_intent(self.ctx, &self.att, plan)?;
+        // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
+        // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
+        // follows its ib device by itself, re-created by the kernel in the target netns.
+        if let Some(rec) = self.att.rdma.clone() {
+            self.move_ib_device(rec, plan)?;
+        }
+        if self.att.rdma.as_ref().is_some_and(|r| r.infiniband) {
+            self.rename_recreated_ipoib(plan)
+        } else {
+            self.move_netdev(plan)
+        }
+    }
+
+    fn move_ib_device(&self, rec: RdmaRecord, plan: &mut Plan<'a>) -> Result<()> {
+        let (k, ctx, netns) = (self.ctx.kernel, self.ctx, self.netns);
         ctx.rdma
-            .move_device(Ns::Host, rec.index, pod)
+            .move_device(Ns::Host, rec.index, Ns::Pod(netns))
             .map_err(|e| {
                 ib_device::move_error(
                     &rec,
@@ -252,8 +229,8 @@ fn intent_and_moves<'a>(
                     e,
                 )
             })?;
-        let host = att.host.clone();
-        let addrs = host_addresses.to_vec();
+        let host = self.att.host.clone();
+        let addrs = self.host_addresses.clone();
         plan.on_undo("ib-move", move || {
             return_ib_device(k, ctx.rdma, Some(netns), &rec, &host)?;
             match (
@@ -264,35 +241,42 @@ fn intent_and_moves<'a>(
                 _ => Ok(()),
             }
         });
-        plan.checkpoint("ib-move")?;
+        plan.checkpoint("ib-move")
     }
 
-    if att.rdma.as_ref().is_some_and(|r| r.infiniband) {
-        let link = ib_device::find_ipoib_netdev(k, pod, &att.host.hwaddr)?.ok_or_else(|| {
+    /// The kernel re-created the IPoIB netdev in the pod with its ib device: find it by its port
+    /// GID and give it the pod name and MTU.
+    fn rename_recreated_ipoib(&self, plan: &mut Plan<'a>) -> Result<()> {
+        let k = self.ctx.kernel;
+        let pod = Ns::Pod(self.netns);
+        let link = ib_device::find_ipoib_netdev(k, pod, &self.att.host.hwaddr)?.ok_or_else(|| {
             Error::DeviceNotFound(format!(
-                "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device                  moved there",
-                dev.name, att.host.hwaddr
+                "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device \
+                 moved there",
+                self.dev.name, self.att.host.hwaddr
             ))
         })?;
-        ib_device::rename_ipoib(k, pod, &link, &req.env.ifname, pc.mtu)?;
-        plan.checkpoint("move")?;
-    } else {
-        let host = att.host.clone();
-        let ifname = req.env.ifname.clone();
-        let addrs = host_addresses.to_vec();
+        ib_device::rename_ipoib(k, pod, &link, &self.req.env.ifname, self.pc.mtu)?;
+        plan.checkpoint("move")
+    }
+
+    /// One RTM_NEWLINK moves the netdev, renames it and sets its MTU.
+    fn move_netdev(&self, plan: &mut Plan<'a>) -> Result<()> {
+        let (k, netns, dev) = (self.ctx.kernel, self.netns, &self.dev);
+        let ifname = self.req.env.ifname.clone();
         let moved = k.set_link(
             Ns::Host,
             dev.index,
             &LinkChange {
-                netns: Some(pod),
-                name: Some(req.env.ifname.clone()),
-                mtu: pc.mtu,
+                netns: Some(Ns::Pod(netns)),
+                name: Some(ifname.clone()),
+                mtu: self.pc.mtu,
                 up: None,
             },
         );
         // The kernel applies a combined change in parts (move, MTU, name) and does not undo the
-        // earlier parts when a later one fails: after an error the device may already sit in the pod
-        // under its host name. The undo is registered whenever the device left the host.
+        // earlier parts when a later one fails: after an error the device may already sit in the
+        // pod under its host name. The undo is registered whenever the device left the host.
         let left_host = match &moved {
             Ok(()) => true,
             Err(_) => {
@@ -300,7 +284,10 @@ fn intent_and_moves<'a>(
             }
         };
         if left_host {
-            plan.on_undo("move", move || undo_move(k, netns, &host, &ifname, &addrs));
+            let host = self.att.host.clone();
+            let addrs = self.host_addresses.clone();
+            let name = ifname.clone();
+            plan.on_undo("move", move || undo_move(k, netns, &host, &name, &addrs));
         }
         moved.map_err(|e| {
             Error::kernel(
@@ -308,14 +295,71 @@ fn intent_and_moves<'a>(
                     "moving {} into the pod netns {} as {}",
                     dev.name,
                     netns.path().display(),
-                    req.env.ifname
+                    ifname
                 ),
                 e,
             )
         })?;
-        plan.checkpoint("move")?;
+        plan.checkpoint("move")
     }
-    Ok(())
+
+    /// The moved netdev in the pod, by its pod name and hardware address.
+    fn pod_link(&mut self) -> Result<Link> {
+        let ifname = &self.req.env.ifname;
+        let pod_link = self
+            .ctx
+            .kernel
+            .link_by_name(Ns::Pod(self.netns), ifname)
+            .map_err(|e| Error::kernel(format!("looking up {ifname} in the pod"), e))?
+            .filter(|l| same_hwaddr(&l.hwaddr, &self.dev.hwaddr))
+            .ok_or_else(|| {
+                Error::DeviceNotFound(format!(
+                    "{} was moved but is not in the pod netns as {ifname}",
+                    self.dev.name
+                ))
+            })?;
+        self.att.pod_ifindex = Some(pod_link.index);
+        self.att.pod_mtu = Some(pod_link.mtu);
+        Ok(pod_link)
+    }
+
+    /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs and records their
+    /// indexes.
+    fn record_gids(&mut self, result: &CniResult, plan: &mut Plan<'a>) -> Result<()> {
+        if let (Some(view), false) = (self.att.gid_view, result.ips.is_empty()) {
+            let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+            let ifname = self.req.env.ifname.clone();
+            let timeout = self.pc.gid_timeout;
+            let roce_ports = &self.roce_ports;
+            let found = with_view(self.ctx.sys, view, self.netns, |sys| {
+                // rxe deletes its ib device when its netdev leaves the host netns
+                // (NETDEV_UNREGISTER): then there is no GID to report. Hardware keeps its ib
+                // device.
+                if roce_ports
+                    .iter()
+                    .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
+                {
+                    crate::log::warn(&format!(
+                        "{ifname}: the ib device(s) {roce_ports:?} went away when the netdev \
+                         moved (software RoCE does this); no GID to report"
+                    ));
+                    return Ok(Vec::new());
+                }
+                wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
+            })?;
+            for g in &found {
+                crate::log::info(&format!(
+                    "{}: {} has GID index {} ({}) on {} port {}",
+                    self.req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
+                ));
+            }
+            if found.is_empty() {
+                self.att.gid_view = None;
+            }
+            self.att.gids = found;
+        }
+        plan.checkpoint("gids")
+    }
 }
 
 /// Brings an ib device back to the host: moved from inside the pod netns when it is there, or
