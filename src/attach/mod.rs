@@ -19,6 +19,8 @@ mod child_tests;
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod rdma_tests;
 #[cfg(test)]
 mod tests;
