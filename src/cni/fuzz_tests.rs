@@ -401,5 +401,37 @@ fn env_vars() -> impl Strategy<Value = Vec<(OsString, OsString)>> {
         1 => prop::collection::vec(any::<u8>(), 0..12).prop_map(OsString::from_vec),
     ];
     let pair = (key, value).prop_map(|(k, v)| (OsString::from(k), v));
-    prop::collection::vec(pair, 0..10)
+    // Mostly a complete, valid environment with a few variables replaced, dropped or added,
+    // so that most cases get past the first check.
+    let valid = prop::sample::select(Command::ALL.to_vec()).prop_map(|c| {
+        [
+            ("CNI_COMMAND", c.as_str()),
+            ("CNI_CONTAINERID", "abc123"),
+            ("CNI_NETNS", "/var/run/netns/pod"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ]
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect::<Vec<_>>()
+    });
+    let edited = (
+        valid,
+        prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        prop::collection::vec(pair.clone(), 0..3),
+    )
+        .prop_map(|(mut vars, drop, add)| {
+            for i in drop {
+                if !vars.is_empty() {
+                    vars.remove(i.index(vars.len()));
+                }
+            }
+            vars.extend(add);
+            vars
+        });
+    prop_oneof![
+        3 => edited,
+        1 => prop::collection::vec(pair, 0..10),
+    ]
 }
