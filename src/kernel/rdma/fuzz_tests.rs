@@ -128,11 +128,10 @@ fn read_everything(
     sys: &crate::kernel::sysfs::SysRoot,
     edited: &[String],
 ) -> Result<(), TestCaseError> {
-    let root = edited;
     let rdma = RdmaSysfs::new(sys);
     let ok_or = |r: io::Result<()>| match r {
         Ok(()) => Ok(()),
-        Err(e) => check_io(&e, &root),
+        Err(e) => check_io(&e, edited),
     };
     ok_or(rdma.devices().map(|devs| {
         for d in devs {
@@ -152,12 +151,12 @@ fn read_everything(
             match rdma.gid_table(&name, port) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => check_io(&e, &root)?,
+                Err(e) => check_io(&e, edited)?,
             }
         }
         match rdma.netdevs_of_ib_device(&name) {
             Ok(_) => {}
-            Err(e) => check_io(&e, &root)?,
+            Err(e) => check_io(&e, edited)?,
         }
     }
     ok_or(rdma.char_devices().map(drop))?;
