@@ -1,5 +1,7 @@
 //! Helpers shared by unit tests.
 
+pub mod fuzz;
+
 use std::path::{Path, PathBuf};
 
 /// A self-cleaning temporary directory (avoids a dev-dependency for one helper).

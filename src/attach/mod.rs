@@ -16,6 +16,8 @@ pub mod select;
 pub mod state;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,9 @@ pub mod result;
 pub mod version;
 pub mod wire;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use std::io::{Read, Write};
 
 use crate::error::{Error, Result};

@@ -72,7 +72,12 @@ impl FromStr for Guid {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let groups: Vec<&str> = s.split(':').collect();
-        if groups.len() != 4 || groups.iter().any(|g| g.len() != 4) {
+        // from_str_radix alone would also take a sign (`+c42`), which sysfs never prints.
+        if groups.len() != 4
+            || groups
+                .iter()
+                .any(|g| g.len() != 4 || !g.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
             return Err(format!("{s:?} is not a GUID (xxxx:xxxx:xxxx:xxxx)"));
         }
         let mut v = 0u64;
@@ -462,7 +467,9 @@ fn parse_gts(text: &str) -> Option<u32> {
         frac_mts += d * scale;
         scale /= 10;
     }
-    Some(int * 1000 + frac_mts)
+    // A speed beyond u32 MT/s is no real link: unknown rather than a debug-build overflow
+    // panic or a wrapped value.
+    int.checked_mul(1000)?.checked_add(frac_mts)
 }
 
 /// A PCI function (`bus/pci/devices/<bdf>`).
@@ -685,7 +692,7 @@ impl<'a> RdmaSysfs<'a> {
                     let dev_port = read_opt_abs(&dev.join("net").join(&n).join("dev_port"))?
                         .and_then(|v| v.parse::<u32>().ok())
                         .unwrap_or(0);
-                    if dev_port + 1 == port {
+                    if dev_port.checked_add(1) == Some(port) {
                         out.push(n);
                     }
                 }
@@ -746,16 +753,19 @@ impl<'a> RdmaSysfs<'a> {
         let base = Path::new("class/net").join(ifname);
         let mut out = Vec::new();
         if let Some(dev) = resolve(&self.sys.path(base.join("device")))? {
-            let dev_port = read_opt(self.sys, &base.join("dev_port"))?
+            // `dev_port` counts from 0, ports from 1; a `dev_port` of u32::MAX names no port
+            // (and must not overflow).
+            let port = read_opt(self.sys, &base.join("dev_port"))?
                 .and_then(|v| v.parse::<u32>().ok())
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .checked_add(1);
             for ibdev in list_abs(&dev.join("infiniband"))? {
                 let ports =
                     numeric_entries_abs(&dev.join("infiniband").join(&ibdev).join("ports"))?;
-                if ports.contains(&(dev_port + 1)) {
+                if let Some(port) = port.filter(|p| ports.contains(p)) {
                     out.push(IbPortRef {
                         ibdev,
-                        port: dev_port + 1,
+                        port,
                         via: NetdevLink::Device,
                     });
                 }
@@ -1073,5 +1083,7 @@ fn bus_device(dir: &Path) -> io::Result<BusDevice> {
     })
 }
 
+#[cfg(test)]
+mod fuzz_tests;
 #[cfg(test)]
 mod tests;

@@ -174,10 +174,9 @@ impl<'a> MoveAdd<'a> {
         let (ctx, req, netns) = (self.ctx, self.req, self.netns);
         // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
         // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
-        let ((), ipam) =
-            crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
-                self.intent_and_moves(plan)
-            })?;
+        let ((), ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
+            self.intent_and_moves(plan)
+        })?;
         let pod_link = self.pod_link()?;
         crate::attach::permissions::apply_permissions(
             ctx,
@@ -197,7 +196,15 @@ impl<'a> MoveAdd<'a> {
         )?;
         self.record_gids(&result, plan)?;
         crate::attach::device_info::write_device_info(ctx, req, &mut self.att, &[], plan)?;
-        crate::attach::lifecycle::finish_add(ctx, req, netns, &mut self.att, &pod_link, result, plan)
+        crate::attach::lifecycle::finish_add(
+            ctx,
+            req,
+            netns,
+            &mut self.att,
+            &pod_link,
+            result,
+            plan,
+        )
     }
 
     /// Writes the intent record (durably), then moves the ib device (when it moves) and the
@@ -249,13 +256,14 @@ impl<'a> MoveAdd<'a> {
     fn rename_recreated_ipoib(&self, plan: &mut Plan<'a>) -> Result<()> {
         let k = self.ctx.kernel;
         let pod = Ns::Pod(self.netns);
-        let link = ib_device::find_ipoib_netdev(k, pod, &self.att.host.hwaddr)?.ok_or_else(|| {
-            Error::DeviceNotFound(format!(
+        let link =
+            ib_device::find_ipoib_netdev(k, pod, &self.att.host.hwaddr)?.ok_or_else(|| {
+                Error::DeviceNotFound(format!(
                 "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device \
                  moved there",
                 self.dev.name, self.att.host.hwaddr
             ))
-        })?;
+            })?;
         ib_device::rename_ipoib(k, pod, &link, &self.req.env.ifname, self.pc.mtu)?;
         plan.checkpoint("move")
     }

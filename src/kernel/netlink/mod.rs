@@ -10,6 +10,9 @@ mod decode;
 mod request;
 mod socket;
 
+#[cfg(test)]
+pub(crate) mod fuzz_tests;
+
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
