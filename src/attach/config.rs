@@ -12,7 +12,9 @@ use crate::kernel::{parse_hwaddr, MacvlanMode};
 /// How long an ADD/DEL waits for another invocation holding the same device.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 10_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Also the mode an attachment record keeps, by the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// An existing host netdev is moved into the pod (the host-device class).
     Move,

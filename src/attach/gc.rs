@@ -1,6 +1,5 @@
 //! GC: releases every attachment of a network that the runtime no longer lists as valid.
 
-use crate::attach::modes::{chained, child, move_dev};
 use crate::attach::Ctx;
 use crate::cni::Request;
 use crate::error::{Error, Result};
@@ -22,13 +21,7 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
             .store
             .lock_device(&att.device_key, lock_timeout)
             .and_then(|_lock| {
-                match (&att.child, att.mode.as_str()) {
-                    (Some(_), _) => child::release_child(ctx.kernel, None, &att)?,
-                    (None, "rdma") => {
-                        chained::release(ctx, std::path::Path::new(&att.netns), &att)?
-                    }
-                    (None, _) => move_dev::release_device(ctx.kernel, ctx.rdma, None, &att)?,
-                }
+                crate::attach::modes::driver(att.mode).release(ctx, None, &att)?;
                 let mut published = Vec::new();
                 crate::attach::lifecycle::release_all(ctx, &att, &mut published);
                 Error::collect(published)

@@ -141,20 +141,14 @@ fn del_beside_ipam<'s>(
     })
 }
 
-/// DEL of the modes that keep a record (move, macvlan, ipoib): `release` undoes the kernel side
-/// of the recorded attachment wherever it is now, then the permissions and device-info file go,
-/// IPAM DEL runs (beside all of it, see `del_beside_ipam`), and the record is dropped only when
-/// all of that succeeded, so a retried DEL does the rest. Every error is collected. With
-/// `hold_device_lock`, the device's lock is held (waited for up to `lockTimeoutMs`) from
-/// `release` to the end of the permission release; a lock that cannot be had ends DEL with its
-/// error.
-pub fn del_recorded(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    pc: &PluginConf,
-    hold_device_lock: bool,
-    release: impl FnOnce(&state::Attachment) -> Result<()>,
-) -> Result<()> {
+/// DEL, the same frame for every mode: the recorded mode's driver takes back the kernel side of
+/// the attachment wherever it is now, then the permissions and device-info file go, IPAM DEL
+/// runs (beside all of it, see `del_beside_ipam`), and the record is dropped only when all of
+/// that succeeded, so a retried DEL does the rest. Every error is collected. For a mode whose
+/// device others can ask for, the device's lock is held (waited for up to `lockTimeoutMs`) from
+/// the release to the end of the permission release; a lock that cannot be had ends DEL with
+/// its error. No record: nothing to undo but IPAM.
+pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
     del_beside_ipam(ctx, req, pc.lock_timeout, |ipam_del| {
         let mut errors = Vec::new();
         let att = match ctx
@@ -169,11 +163,12 @@ pub fn del_recorded(
         };
         match &att {
             Some(att) => {
-                let _lock = match hold_device_lock {
+                let driver = crate::attach::modes::driver(att.mode);
+                let _lock = match driver.locks_device() {
                     true => Some(ctx.store.lock_device(&att.device_key, pc.lock_timeout)?),
                     false => None,
                 };
-                if let Err(e) = release(att) {
+                if let Err(e) = driver.release(ctx, req.env.netns.as_deref(), att) {
                     errors.push(e);
                 }
                 plan::kill_point(ctx.fault.as_ref(), "del-release")?;
@@ -195,6 +190,37 @@ pub fn del_recorded(
         }
         Error::collect(errors)
     })
+}
+
+/// The pod netns to release from: `netns` as the runtime gave it, else the recorded one while it
+/// is still the same netns (a path reused by a newer netns is not the pod's). None when it is
+/// gone; an error when it exists but cannot be opened.
+pub fn pod_netns(netns: Option<&std::path::Path>, att: &Attachment) -> Result<Option<Netns>> {
+    let (path, recorded) = match netns {
+        Some(p) => (p.to_path_buf(), false),
+        None if att.netns.is_empty() => return Ok(None),
+        None => (std::path::PathBuf::from(&att.netns), true),
+    };
+    let ns = match Netns::open(&path) {
+        Ok(ns) => ns,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::Netns(format!(
+                "cannot open the pod netns {} of {}: {e}",
+                path.display(),
+                att.id()
+            )))
+        }
+    };
+    if recorded && att.netns_id.is_some() && state::NetnsId::of(&ns) != att.netns_id {
+        crate::log::info(&format!(
+            "{}: {} now names another netns than the pod's, which is gone",
+            att.id(),
+            path.display()
+        ));
+        return Ok(None);
+    }
+    Ok(Some(ns))
 }
 
 /// DEL/GC: everything published, released; errors collected.

@@ -32,7 +32,7 @@ use crate::kernel::rdma_ops::{RdmaOps, RealRdma};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{NetOps, Netns};
 
-use config::{Mode, PluginConf};
+use config::PluginConf;
 use ipam::{DelegatedIpam, IpamOps};
 use state::Store;
 
@@ -127,27 +127,15 @@ pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         refuse_own_netns(req.env.netns.as_deref())?;
-        self.with_ctx(req, |ctx, pc| match pc.mode {
-            Mode::Move => modes::move_dev::add(ctx, req, pc),
-            Mode::Macvlan | Mode::Ipoib => modes::child::add(ctx, req, pc),
-            Mode::Rdma => modes::chained::add(ctx, req, pc),
-        })
+        self.with_ctx(req, |ctx, pc| modes::driver(pc.mode).add(ctx, req, pc))
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| match pc.mode {
-            Mode::Move => modes::move_dev::del(ctx, req, pc),
-            Mode::Macvlan | Mode::Ipoib => modes::child::del(ctx, req, pc),
-            Mode::Rdma => modes::chained::del(ctx, req, pc),
-        })
+        self.with_ctx(req, |ctx, pc| lifecycle::del(ctx, req, pc))
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| match pc.mode {
-            Mode::Move => modes::move_dev::check(ctx, req, pc),
-            Mode::Macvlan | Mode::Ipoib => modes::child::check(ctx, req, pc),
-            Mode::Rdma => modes::chained::check(ctx, req, pc),
-        })
+        self.with_ctx(req, |ctx, pc| modes::driver(pc.mode).check(ctx, req, pc))
     }
 
     fn status(&self, req: &Request) -> Result<()> {

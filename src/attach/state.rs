@@ -66,12 +66,25 @@ pub struct HostDevice {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
+    /// The record format: absent in records of 0.1.0 (read as 1), [`SCHEMA`] when written now.
+    #[serde(default = "schema_of_unversioned")]
+    pub schema: u32,
+    /// The rdma-ns version that wrote the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
     pub network: String,
     pub container_id: String,
     pub ifname: String,
-    pub mode: String,
+    /// The pod as the runtime named it in CNI_ARGS (Kubernetes runtimes and Multus do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+    pub mode: crate::attach::config::Mode,
     pub phase: Phase,
     pub netns: String,
+    /// The pod netns's identity (nsfs device and inode) at ADD: a path reused by another netns
+    /// later is not mistaken for this pod's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_id: Option<NetnsId>,
     pub device_key: String,
     pub host: HostDevice,
     /// The device's ifindex inside the pod (usually unchanged by the move).
@@ -103,6 +116,50 @@ pub struct Attachment {
     /// `pciBusID`), also when it selected nothing (a shared device plugin's index).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
+}
+
+/// The record format written now. 2: `schema`, `writtenBy`, `pod`, `netnsId`, `deviceId`.
+pub const SCHEMA: u32 = 2;
+
+fn schema_of_unversioned() -> u32 {
+    1
+}
+
+/// `K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID` from CNI_ARGS.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl PodRef {
+    fn from_args(args: &crate::cni::args::CniArgs) -> Option<PodRef> {
+        let get = |k| args.get(k).filter(|v| !v.is_empty()).map(str::to_string);
+        let pod = PodRef {
+            namespace: get("K8S_POD_NAMESPACE"),
+            name: get("K8S_POD_NAME"),
+            uid: get("K8S_POD_UID"),
+        };
+        (pod.namespace.is_some() || pod.name.is_some() || pod.uid.is_some()).then_some(pod)
+    }
+}
+
+/// A network namespace's identity: the (device, inode) of its nsfs file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl NetnsId {
+    pub fn of(ns: &crate::kernel::Netns) -> Option<NetnsId> {
+        ns.identity().ok().map(|(dev, ino)| NetnsId { dev, ino })
+    }
 }
 
 /// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
@@ -145,18 +202,22 @@ impl Attachment {
     /// the pod netns and the device it holds; nothing applied or found yet.
     pub fn adding(
         req: &crate::cni::Request,
-        mode: &str,
-        netns: &Path,
+        mode: crate::attach::config::Mode,
+        netns: &crate::kernel::Netns,
         device_key: String,
         host: HostDevice,
     ) -> Attachment {
         Attachment {
+            schema: SCHEMA,
+            written_by: Some(env!("CARGO_PKG_VERSION").to_string()),
             network: req.conf.name.clone(),
             container_id: req.env.container_id.clone(),
             ifname: req.env.ifname.clone(),
-            mode: mode.to_string(),
+            pod: PodRef::from_args(&req.env.args),
+            mode,
             phase: Phase::Adding,
-            netns: netns.display().to_string(),
+            netns: netns.path().display().to_string(),
+            netns_id: NetnsId::of(netns),
             device_key,
             host,
             pod_ifindex: None,
@@ -602,12 +663,23 @@ mod tests {
 
     fn sample() -> Attachment {
         Attachment {
+            schema: SCHEMA,
+            written_by: Some("0.1.0".into()),
             network: "rdma-net".into(),
             container_id: "abc123".into(),
             ifname: "net1".into(),
-            mode: "move".into(),
+            pod: Some(PodRef {
+                namespace: Some("default".into()),
+                name: Some("trainer".into()),
+                uid: None,
+            }),
+            mode: crate::attach::config::Mode::Move,
             phase: Phase::Ready,
             netns: "/run/netns/p1".into(),
+            netns_id: Some(NetnsId {
+                dev: 4,
+                ino: 4026532801,
+            }),
             device_key: "mac-02_00_00_00_00_01".into(),
             host: HostDevice {
                 name: "ens1f0v0".into(),

@@ -6,6 +6,8 @@
 //! device (IFLA_PARENT_DEV_NAME, read through netlink inside the pod: the host's /sys cannot see
 //! the pod's netdevs).
 
+use std::path::Path;
+
 use crate::attach::config::PluginConf;
 use crate::attach::ib_device::{move_error, RdmaRecord};
 use crate::attach::plan::Plan;
@@ -154,7 +156,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
     let att = Attachment {
         rdma: Some(rec.clone()),
-        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
+        ..Attachment::adding(req, pc.mode, &netns, key, host)
     };
     let mut plan = Plan::new(ctx.fault.clone());
     let outcome = (|| {
@@ -198,32 +200,37 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     }
 }
 
-/// DEL: the ib device back to the host from a socket inside the pod netns; with the netns gone
-/// (or CNI_NETNS empty) the kernel has already returned it. Then the record goes.
-pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    let Some(att) = ctx
-        .store
-        .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?
-    else {
-        return Ok(());
-    };
-    let _lock = ctx.store.lock_device(&att.device_key, pc.lock_timeout)?;
-    if let Some(path) = req.env.netns.as_deref() {
-        release(ctx, path, &att)?;
+/// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
+/// host from a socket inside the pod netns; with the pod netns gone the kernel has already
+/// returned it.
+pub struct Chained;
+
+impl super::ModeDriver for Chained {
+    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+        add(ctx, req, pc)
     }
-    crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-release")?;
-    let mut errors = Vec::new();
-    crate::attach::lifecycle::release_all(ctx, &att, &mut errors);
-    Error::collect(errors)?;
-    crate::attach::plan::kill_point(ctx.fault.as_ref(), "del-published")?;
-    ctx.store
-        .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)
+
+    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+        check(ctx, req, pc)
+    }
+
+    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+        release(ctx, netns, att)
+    }
+
+    fn locks_device(&self) -> bool {
+        true
+    }
 }
 
-/// Moves the attachment's ib device back to the host from inside the pod netns at `netns`; a
-/// netns that is gone has already given it back (the kernel returns ib devices to init_net).
-pub fn release(ctx: &Ctx<'_>, netns: &std::path::Path, att: &Attachment) -> Result<()> {
-    let (Some(rec), Ok(ns)) = (&att.rdma, Netns::open(netns)) else {
+/// Moves the attachment's ib device back to the host from inside its pod netns (`netns`, else
+/// the recorded one while it is still that netns); a netns that is gone has already given it
+/// back (the kernel returns ib devices to init_net).
+pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+    let Some(rec) = &att.rdma else {
+        return Ok(());
+    };
+    let Some(ns) = crate::attach::lifecycle::pod_netns(netns, att)? else {
         return Ok(());
     };
     let pod = Ns::Pod(&ns);

@@ -313,7 +313,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             macvlan_mode: None,
             summary: child.summary.clone(),
         }),
-        ..Attachment::adding(req, pc.mode.as_str(), netns.path(), device_key, host)
+        ..Attachment::adding(req, pc.mode, &netns, device_key, host)
     };
     // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
     let roce_ports = match (pc.mode, pc.rdma) {
@@ -511,19 +511,28 @@ fn intent_and_child<'a>(
     Ok(link)
 }
 
-/// DEL: delete the child wherever it is (in the pod; or, for IPoIB, back in the host: the kernel
-/// refunds IPoIB netdevs to the host when their netns dies, renamed `dev<ifindex>` on a clash),
-/// release IPAM, drop the record.
-///
-/// IPAM DEL runs on a second thread beside the rest: it does not depend on the child, and the
-/// kernel's delete of a netdev waits for an RCU grace period (rcu_barrier in netdev_run_todo,
-/// 15 to 40 ms on the benchmark VM), which hides most of the IPAM plugin's exec (not all: the
-/// exec's CPU work stretches the grace period a little). Every error of both is collected, and
-/// the record stays until both succeeded.
-pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::lifecycle::del_recorded(ctx, req, pc, false, |att| {
-        release_child(ctx.kernel, req.env.netns.as_deref(), att)
-    })
+/// Modes `macvlan` and `ipoib`. Their DEL (the shared frame around `release`) deletes the child
+/// wherever it is (in the pod; or, for IPoIB, back in the host: the kernel refunds IPoIB netdevs
+/// to the host when their netns dies, renamed `dev<ifindex>` on a clash). IPAM DEL runs beside
+/// it: the kernel's netdev delete waits for an RCU grace period, which hides the IPAM exec.
+pub struct ChildInterface;
+
+impl super::ModeDriver for ChildInterface {
+    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+        add(ctx, req, pc)
+    }
+
+    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+        check(ctx, req, pc)
+    }
+
+    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+        release_child(ctx.kernel, netns, att)
+    }
+
+    fn locks_device(&self) -> bool {
+        false
+    }
 }
 
 /// The recorded child: same kind and address. An IPoIB child whose address was not recorded yet
@@ -551,10 +560,7 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
     if crate::attach::plan::test_fault("skip-child-delete") {
         return Ok(());
     }
-    let path = netns
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| att.netns.clone().into());
-    if let Ok(ns) = Netns::open(&path) {
+    if let Ok(Some(ns)) = crate::attach::lifecycle::pod_netns(netns, att) {
         let pod = Ns::Pod(&ns);
         let err = |e| Error::kernel(format!("looking for {} in the pod", att.ifname), e);
         let by_index = match att.pod_ifindex {

@@ -136,7 +136,7 @@ impl<'a> MoveAdd<'a> {
         };
         let mut att = Attachment {
             rdma: ib,
-            ..Attachment::adding(req, pc.mode.as_str(), netns.path(), key, host)
+            ..Attachment::adding(req, pc.mode, netns, key, host)
         };
         // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the
         // pod (exclusive), or on the host's ib device that lists the pod netdev by its pod name
@@ -438,18 +438,28 @@ fn undo_move(
     restore_host_setup(k, index, host, addrs)
 }
 
-/// DEL: bring the device back (from the pod netns, or find it in the host where the kernel put
-/// it when the netns died), release IPAM, drop the record. Every error is collected; the record
-/// is kept while anything failed, so a retried DEL does the rest.
-///
-/// IPAM DEL runs on a second thread beside the device's return: the two are independent (the
-/// IPAM plugin releases its allocation, the kernel moves the device), and the move back spends
-/// about 20 ms waiting in the kernel, which hides the IPAM plugin's exec (3 to 4 ms for Debian's
-/// static). host-device too releases the address while the device is still in the pod.
-pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    crate::attach::lifecycle::del_recorded(ctx, req, pc, true, |att| {
-        release_device(ctx.kernel, ctx.rdma, req.env.netns.as_deref(), att)
-    })
+/// Mode `move`. Its DEL (the shared frame around `release`) brings the device back from the pod
+/// netns, or finds it in the host where the kernel put it when the netns died; IPAM DEL runs
+/// beside the device's return: the move back waits in the kernel long enough to hide the IPAM
+/// plugin's exec, and host-device too releases the address while the device is in the pod.
+pub struct MoveDevice;
+
+impl super::ModeDriver for MoveDevice {
+    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+        add(ctx, req, pc)
+    }
+
+    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+        check(ctx, req, pc)
+    }
+
+    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+        release_device(ctx.kernel, ctx.rdma, netns, att)
+    }
+
+    fn locks_device(&self) -> bool {
+        true
+    }
 }
 
 /// Brings an attachment's device back to the host, wherever it is now. `netns` is the pod netns
@@ -461,18 +471,10 @@ pub fn release_device(
     att: &Attachment,
 ) -> Result<()> {
     let host = &att.host;
-    let path = netns
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| att.netns.clone().into());
-    let mut open_error = None;
-    let mut pod_ns = None;
-    if netns.is_some() || !att.netns.is_empty() {
-        match Netns::open(&path) {
-            Ok(ns) => pod_ns = Some(ns),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => open_error = Some(e),
-        }
-    }
+    let (pod_ns, open_error) = match crate::attach::lifecycle::pod_netns(netns, att) {
+        Ok(ns) => (ns, None),
+        Err(e) => (None, Some(e)),
+    };
     // The ib device first, from a socket inside the pod netns (from the host it is invisible in
     // exclusive mode); an IPoIB netdev comes back with it.
     if let Some(rec) = &att.rdma {
@@ -495,9 +497,7 @@ pub fn release_device(
     }
     match open_error {
         Some(e) => Err(Error::Netns(format!(
-            "cannot open the pod netns {} to bring {} back ({e}), and the device is not in the \
-             host either",
-            path.display(),
+            "{e}, so {} cannot be brought back from it, and it is not in the host either",
             host.name
         ))),
         None => {

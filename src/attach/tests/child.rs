@@ -268,7 +268,7 @@ impl World {
         let ctx = self.ctx(fail_after);
         match command {
             Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
-            Command::Del => child::del(&ctx, &req, &pc),
+            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
             _ => child::check(&ctx, &req, &pc),
         }
     }
@@ -834,7 +834,7 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
                 let ctx = w.ctx_with(fault);
                 match command {
                     Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
-                    Command::Del => child::del(&ctx, &req, &pc),
+                    Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
                     _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
                 }
             },

@@ -137,7 +137,7 @@ impl World {
         };
         match command {
             Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
-            Command::Del => move_dev::del(&ctx, &req, &pc),
+            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
             Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
             _ => move_dev::check(&ctx, &req, &pc),
         }
@@ -490,7 +490,7 @@ mod chained {
         };
         match command {
             Command::Add => chain::add(&ctx, &req, &pc).map(Some),
-            Command::Del => chain::del(&ctx, &req, &pc).map(|_| None),
+            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc).map(|_| None),
             Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout).map(|_| None),
             _ => chain::check(&ctx, &req, &pc).map(|_| None),
         }
@@ -564,13 +564,28 @@ mod chained {
         let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
         run(&w, &rdma, Command::Add, &prev(), POD).unwrap();
         assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
-        // CNI_NETNS empty on DEL: the netns is gone and the kernel returned the device itself.
+        // CNI_NETNS empty on DEL while the pod netns lives on: the recorded netns, still the
+        // same one, is where the ib device is brought back from.
         run(&w, &rdma, Command::Del, &prev(), "").unwrap();
-        assert_eq!(
-            moves(&rdma).len(),
-            1,
-            "nothing to move back from an empty netns"
-        );
+        assert_eq!(moves(&rdma).len(), 2, "moved back from the recorded netns");
+        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+        assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
+    }
+
+    #[test]
+    fn an_empty_cni_netns_with_the_pod_gone_moves_nothing() {
+        let w = World::new(vec![]);
+        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
+        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
+        // The recorded path now names another netns (the pod's is gone, the path reused): its
+        // identity differs, so nothing is moved from it.
+        let mut att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
+        let id = att.netns_id.as_mut().expect("the identity is recorded");
+        id.ino += 1;
+        w.store.save(&att).unwrap();
+        run(&w, &rdma, Command::Del, &fields, "").unwrap();
+        assert_eq!(moves(&rdma).len(), 1, "nothing moved from a reused path");
         assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
     }
 
@@ -682,7 +697,7 @@ mod published {
             };
             match command {
                 Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
-                _ => move_dev::del(&ctx, &req, &pc),
+                _ => crate::attach::lifecycle::del(&ctx, &req, &pc),
             }
         };
         run(Command::Add, None).unwrap();

@@ -141,7 +141,7 @@ impl World {
         ctx.fault = fault;
         match command {
             Command::Add => move_dev::add(&ctx, &req, &pc).map(drop),
-            Command::Del => move_dev::del(&ctx, &req, &pc),
+            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
             _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
         }
     }
@@ -155,7 +155,7 @@ impl World {
     fn del(&self, netns: Option<&str>) -> crate::error::Result<()> {
         let req = request(Command::Del, &self.conf, netns);
         let pc = PluginConf::from_conf(&req.conf).unwrap();
-        move_dev::del(&self.ctx(None), &req, &pc)
+        crate::attach::lifecycle::del(&self.ctx(None), &req, &pc)
     }
 
     /// The host exactly as before ADD: same name, MTU, admin state, addresses; no record.
