@@ -1,0 +1,85 @@
+//! The binary's subcommands for people (`--version`, `migrate`), exec'd as a person would, and
+//! the rule that keeps them off the CNI path: with CNI_COMMAND set, argv is never looked at.
+//! Needs no root.
+
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("exec rdma-ns")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn version_prints_the_package_version_and_the_commit_it_was_built_from() {
+    let out = run(&["--version"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let line = stdout
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{stdout:?}"));
+    assert!(!line.contains('\n'), "one line: {stdout:?}");
+    let commit = line
+        .strip_prefix(&format!("rdma-ns {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("want `rdma-ns VERSION (commit ID)`, got {line:?}"));
+
+    // Built from a git checkout without the packager's override, the commit is HEAD's.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let overridden = std::env::var("RDMA_NS_GIT_COMMIT").is_ok_and(|v| !v.is_empty());
+    if std::path::Path::new(root).join(".git").exists() && !overridden {
+        let head = Command::new("git")
+            .args(["-C", root, "rev-parse", "--short", "HEAD"])
+            .output()
+            .expect("git");
+        assert!(head.status.success(), "git rev-parse: {head:?}");
+        assert_eq!(commit, text(&head.stdout).trim(), "{line}");
+    } else {
+        assert!(
+            !commit.is_empty() && commit.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn with_cni_command_set_argv_is_ignored() {
+    let out = run(&["--version"], &[("CNI_COMMAND", "VERSION")]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("VERSION answers JSON ({e}): {}", text(&out.stdout)));
+    assert!(v["supportedVersions"].is_array(), "{v}");
+}
+
+#[test]
+fn without_a_subcommand_the_description_goes_to_stderr_only() {
+    for args in [&[][..], &["--help"][..], &["ADD"][..]] {
+        let out = run(args, &[]);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: stdout {:?}",
+            text(&out.stdout)
+        );
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "rdma-ns {}: CNI plugin",
+                env!("CARGO_PKG_VERSION")
+            )) && err.contains("--version"),
+            "{args:?}: {err}"
+        );
+    }
+}
