@@ -83,3 +83,84 @@ fn without_a_subcommand_the_description_goes_to_stderr_only() {
         );
     }
 }
+
+/// `rdma-ns migrate` on the anchors' own README examples (tests/data/migrate/README.md names
+/// each source): the conflist on stdout, one warning line per field not carried over on stderr.
+#[test]
+fn migrate_turns_the_anchors_examples_into_rdma_ns_conflists() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/migrate");
+    let mut cases = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some((name, _)) = file.split_once(".input.") else {
+            continue;
+        };
+        cases += 1;
+        let input = e.path();
+        let out = run(&["migrate", input.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{name}: stdout is not JSON ({e}): {}", text(&out.stdout)));
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{dir}/{name}.expected.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(got, want, "{name}");
+        let want_warnings: Vec<String> = std::fs::read_to_string(format!("{dir}/{name}.warnings"))
+            .unwrap()
+            .lines()
+            .map(|l| format!("rdma-ns migrate: warning: {l}"))
+            .collect();
+        let got_warnings: Vec<String> = text(&out.stderr).lines().map(String::from).collect();
+        assert_eq!(got_warnings, want_warnings, "{name}: stderr");
+    }
+    assert!(cases >= 5, "{cases} cases in {dir}");
+}
+
+#[test]
+fn migrate_reads_standard_input_and_refuses_what_it_cannot_read() {
+    let input = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/migrate/ipoib-cni.input.json"
+    ))
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["migrate", "-"])
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["plugins"][0]["mode"], "ipoib", "{got}");
+
+    for (args, want) in [
+        (
+            &["migrate", "/nonexistent/conf.json"][..],
+            "reading /nonexistent/conf.json",
+        ),
+        (&["migrate", "a", "b"][..], "usage: rdma-ns migrate"),
+    ] {
+        let out = run(args, &[]);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: stdout {}",
+            text(&out.stdout)
+        );
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let garbage = std::env::temp_dir().join(format!("rdma-ns-migrate-{}.txt", std::process::id()));
+    std::fs::write(&garbage, "kind: Pod\n").unwrap();
+    let out = run(&["migrate", garbage.to_str().unwrap()], &[]);
+    std::fs::remove_file(&garbage).unwrap();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+}

@@ -2,11 +2,13 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod migrate;
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version";
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-]";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -30,6 +32,7 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
             println!("{}", version_line());
             Some(ExitCode::SUCCESS)
         }
+        "migrate" => Some(migrate::run(&args[1..])),
         _ => None,
     }
 }
