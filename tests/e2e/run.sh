@@ -1044,6 +1044,21 @@ EOF
 # command each place rdma-ns into a directory standing in for the host's /opt/cni/bin.
 case_containerfile() {
   "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
+  # The checks have teeth: broken copies of the Containerfile are rejected.
+  local badcf=$TMP/Containerfile-bad cwhat cexpr
+  while IFS='|' read -r cwhat cexpr; do
+    sed "$cexpr" install/Containerfile >"$badcf"
+    if "$PY" tests/e2e/check_install_manifests.py containerfile "$badcf" >/dev/null 2>&1; then
+      die "the checker accepted a Containerfile with $cwhat"
+    fi
+  done <<'EOF'
+a floating base image with no unpinned reason|/^# unpinned: busybox/d
+a floating FROM without an ARG|s|^FROM ${BASE_IMAGE}|FROM docker.io/library/busybox:latest|
+no build.rs in the build stage|s|^COPY Cargo.toml Cargo.lock build.rs ./|COPY Cargo.toml Cargo.lock ./|
+a build stage under emulation|s|^FROM --platform=$BUILDPLATFORM |FROM |
+a fixed target instead of TARGETARCH|s|--target "${TARGETARCH:-amd64}"|--target x86_64|
+EOF
+  step "broken Containerfiles rejected: floating base without a reason, floating FROM, no build.rs, build stage not on \$BUILDPLATFORM, no \$TARGETARCH"
   if [ ! -f "$TMP/musl-ok" ]; then
     # The image stage needs the musl case's binary: build it here when that case was not run
     # (or a failure/allowed skip of it, reported there, counts here too).
