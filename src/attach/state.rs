@@ -937,4 +937,75 @@ mod tests {
             .lock_device("pci-0000_3b_00.2", Duration::from_millis(10))
             .unwrap();
     }
+
+    /// The compatibility promise of CHANGELOG.md: records written by 0.1.0 (frozen copies under
+    /// testdata/records-0.1.0, one per mode, as DEL finds them on a node upgraded while pods
+    /// run) must load with every field DEL, CHECK and GC use. A renamed or removed field, or a
+    /// new one without a default, fails here.
+    #[test]
+    fn records_written_by_0_1_0_still_load() {
+        let store = Store::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/attach/testdata/records-0.1.0"
+        ));
+        let load = |net: &str, cid: &str| {
+            store
+                .load(net, cid, "net1")
+                .unwrap_or_else(|e| panic!("{net}/{cid}: {e}"))
+                .unwrap_or_else(|| panic!("{net}/{cid}: no record"))
+        };
+
+        let mv = load("rdma-move", "c0ffee01");
+        assert_eq!(
+            mv.phase,
+            Phase::Ready,
+            "the ready line, not the intent before it"
+        );
+        assert_eq!(
+            (mv.mode.as_str(), mv.host.name.as_str()),
+            ("move", "ens1f0v0")
+        );
+        assert_eq!(mv.host.perm_hwaddr.as_deref(), Some("02:00:00:00:3b:02"));
+        assert_eq!(mv.device_key, "pci-0000:3b:00.2");
+        assert_eq!(mv.rdma.as_ref().map(|r| r.ibdev.as_str()), Some("mlx5_2"));
+        assert_eq!(mv.gids.len(), 1);
+        assert_eq!(
+            (mv.gids[0].index, mv.gids[0].gid_type.as_str()),
+            (3, "RoCE v2")
+        );
+        assert_eq!(mv.gid_view, Some(crate::attach::gids::GidView::Pod));
+        assert_eq!(mv.perm_changes.len(), 1);
+        assert_eq!(mv.perm_changes[0].rdev, (231, 194));
+        assert_eq!(mv.perm_changes[0].old_mode, 0o600);
+        assert!(mv.device_info_file.is_some());
+        assert_eq!(mv.pod_mtu, Some(9000));
+
+        let mac = load("roce-shared", "c0ffee02");
+        assert_eq!(mac.phase, Phase::Ready);
+        let child = mac.child.as_ref().expect("child");
+        assert_eq!(
+            (child.kind.as_str(), child.macvlan_mode),
+            ("macvlan", Some(4))
+        );
+        assert_eq!(child.hwaddr.as_deref(), Some("02:5e:00:00:00:07"));
+        assert_eq!(mac.device_id.as_deref(), Some("0"));
+        assert_eq!(mac.gid_view, Some(crate::attach::gids::GidView::Host));
+
+        // One pretty-printed document, as the earliest builds wrote it.
+        let ib = load("ib-partition", "c0ffee03");
+        let ipoib = ib.child.as_ref().and_then(|c| c.ipoib).expect("ipoib");
+        assert_eq!((ipoib.pkey, ipoib.mode), (Some(0x8001), Some(0)));
+        assert_eq!(ib.pod_ifindex, Some(40));
+
+        // A record without `host.addresses`: absent fields read as their default.
+        let chained = load("sriov-rdma", "c0ffee04");
+        assert_eq!(chained.mode, crate::attach::config::Mode::Rdma);
+        assert_eq!(
+            (chained.schema, chained.netns_id),
+            (1, None),
+            "unversioned: schema 1"
+        );
+        assert!(chained.host.addresses.is_empty());
+        assert_eq!(chained.rdma.as_ref().map(|r| r.index), Some(4));
+    }
 }

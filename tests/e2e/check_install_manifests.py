@@ -3,8 +3,10 @@
 
     check_install_manifests.py daemonset [PATH]  install/daemonset.yaml (or PATH: run.sh feeds
                                               broken copies to show the checks catch them)
-    check_install_manifests.py containerfile  install/Containerfile (and its agreement with the
-                                              DaemonSet: binary path, mount path)
+    check_install_manifests.py containerfile [PATH]  install/Containerfile (or PATH) and its
+                                              agreement with the DaemonSet (binary path, mount
+                                              path); base images pinned by digest or marked
+                                              `unpinned:`
     check_install_manifests.py init-script    print the DaemonSet init container's shell script
                                               (run.sh executes it in the locally built image)
 
@@ -20,8 +22,9 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAEMONSET = os.path.join(REPO, "install", "daemonset.yaml")
 CONTAINERFILE = os.path.join(REPO, "install", "Containerfile")
-MUSL = "x86_64-unknown-linux-musl"
 DAEMONSET_PATH = [DAEMONSET]
+CONTAINERFILE_PATH = [CONTAINERFILE]
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 failures = []
 
@@ -140,40 +143,72 @@ def check_daemonset():
     return {"mount": mount, "source": found[0] if found else None, "image": c.get("image")}
 
 
-def containerfile_stages():
-    stages = []
-    with open(CONTAINERFILE) as f:
+def containerfile_parse():
+    """(global ARGs as {name: (default, comment lines above)}, stages)."""
+    args, stages, comments = {}, [], []
+    with open(CONTAINERFILE_PATH[0]) as f:
         text = re.sub(r"\\\n", " ", f.read())
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line:
+            comments = []
+            continue
+        if line.startswith("#"):
+            comments.append(line)
             continue
         word, _, rest = line.partition(" ")
         word = word.upper()
-        if word == "FROM":
-            m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
-            stages.append({"from": m.group(1), "name": m.group(2), "lines": []})
+        if word == "ARG" and not stages:
+            name, _, default = rest.partition("=")
+            args[name.strip()] = (default.strip(), comments)
+        elif word == "FROM":
+            m = re.match(r"(--platform=(\S+)\s+)?(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            stages.append({"platform": m.group(2), "from": m.group(3), "name": m.group(4), "lines": []})
         elif stages:
             stages[-1]["lines"].append((word, rest))
-    return stages
+        comments = []
+    return args, stages
 
 
 def check_containerfile():
     ds = check_daemonset()
-    stages = containerfile_stages()
+    args, stages = containerfile_parse()
     if not check(len(stages) >= 2, f"Containerfile has {len(stages)} stage(s), want a build stage and an image stage"):
         return
+    # Every base image: a digest, or an ARG default that says why it is not pinned.
+    for st in stages:
+        ref = st["from"]
+        m = re.fullmatch(r"\$\{?(\w+)\}?", ref)
+        if m:
+            if not check(m.group(1) in args, f"FROM {ref}: no global ARG {m.group(1)}"):
+                continue
+            default, comments = args[m.group(1)]
+            unpinned = [c for c in comments if re.match(r"#\s*unpinned:\s*\S", c)]
+            check(DIGEST.search(default) or unpinned,
+                  f"ARG {m.group(1)}={default} floats: pin it (name:tag@sha256:<digest>) or say why not on an `# unpinned:` line above it")
+            how = "digest" if DIGEST.search(default) else "unpinned, says why"
+            ok(f"FROM {ref}: default {default} ({how}); a release passes --build-arg {m.group(1)}=...@sha256:...")
+        elif not any(st2["name"] == ref for st2 in stages):
+            check(DIGEST.search(ref), f"FROM {ref} floats: pin it by digest or take it from an ARG with an `# unpinned:` reason")
     build, final = stages[0], stages[-1]
-    runs = " ".join(rest for word, rest in build["lines"] if word == "RUN")
     check(build["name"], "the build stage has no name (FROM ... AS build)")
-    check(f"rustup target add {MUSL}" in runs, f"the build stage does not add the {MUSL} target")
-    check(re.search(rf"cargo build [^&;]*--release[^&;]*--target {MUSL}", runs) and "--locked" in runs,
-          f"the build stage does not run cargo build --release --locked --target {MUSL}")
+    check(build["platform"] in ("$BUILDPLATFORM", "${BUILDPLATFORM}"),
+          "the build stage does not run on --platform=$BUILDPLATFORM (it would build under emulation)")
+    words = [w for w, _ in build["lines"]]
+    check(("ARG", "TARGETARCH") in build["lines"], "the build stage does not take ARG TARGETARCH")
+    runs = " ".join(rest for word, rest in build["lines"] if word == "RUN")
+    check(re.search(r'install/build\.sh --target "?\$\{?TARGETARCH', runs),
+          "the build stage does not build with install/build.sh --target $TARGETARCH (the one shipped build)")
+    copied = set()
     for word, rest in build["lines"]:
         if word == "COPY":
             for src in rest.split()[:-1]:
+                copied.add(src)
                 check(os.path.exists(os.path.join(REPO, src)), f"COPY source {src} does not exist in the repository")
-    ok(f"build stage {build['name']} ({build['from']}): rustup target add {MUSL}; cargo build --release --locked --target {MUSL}")
+    for need in ("Cargo.toml", "Cargo.lock", "build.rs", "src", "install/build.sh"):
+        check(need in copied, f"the build stage does not copy {need}")
+    check("RUN" in words, "the build stage runs nothing")
+    ok(f"build stage {build['name']} on $BUILDPLATFORM: install/build.sh --target $TARGETARCH (amd64, arm64)")
 
     copies = [rest.split() for word, rest in final["lines"] if word == "COPY"]
     from_build = [c for c in copies if c and c[0] == f"--from={build['name']}"]
@@ -200,6 +235,8 @@ def main():
             DAEMONSET_PATH[0] = sys.argv[2]
         check_daemonset()
     elif what == "containerfile":
+        if len(sys.argv) > 2:
+            CONTAINERFILE_PATH[0] = sys.argv[2]
         check_containerfile()
     elif what == "init-script":
         script = init_script(init_container(load_daemonset()))

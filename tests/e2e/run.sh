@@ -4,7 +4,7 @@
 #
 #   tests/e2e/run.sh            every case
 #   tests/e2e/run.sh CASE...    only these: podman podman-macvlan ctr ctr-macvlan cri musl
-#                               install-sh daemonset containerfile
+#                               install-sh daemonset containerfile aarch64 source-tarball
 #   E2E_KEEP=1 tests/e2e/run.sh keep the temp dir (logs, configs) for a look afterwards
 #
 # It installs what it needs by package name (apt: podman, containerd, runc, busybox-static,
@@ -23,7 +23,7 @@ PY=/usr/bin/python3 # Debian's python (python3-yaml, python3-venv), whatever els
 STARTED=$(date +%s)
 
 PKGS=(podman containerd runc busybox-static containernetworking-plugins iproute2 util-linux
-  python3 python3-venv python3-yaml ca-certificates tar)
+  python3 python3-venv python3-yaml ca-certificates tar git qemu-user-static)
 if [ "${1:-}" = --print-packages ]; then
   echo "${PKGS[*]}"
   exit 0
@@ -34,7 +34,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-ALL_CASES=(podman podman-macvlan ctr ctr-macvlan cri musl install-sh daemonset containerfile)
+ALL_CASES=(podman podman-macvlan ctr ctr-macvlan cri musl install-sh daemonset containerfile aarch64
+  source-tarball)
 CASES=("$@")
 [ "${#CASES[@]}" -gt 0 ] || CASES=("${ALL_CASES[@]}")
 for c in "${CASES[@]}"; do
@@ -91,6 +92,8 @@ need_tool containernetworking-plugins /usr/lib/cni/static /usr/lib/cni/host-loca
 need_tool iproute2 ip
 need_tool util-linux nsenter unshare findmnt flock setsid
 need_tool tar tar
+need_tool git git
+need_tool qemu-user-static qemu-aarch64-static
 need_tool "a Rust toolchain (rustup)" cargo rustup
 "$PY" -c 'import yaml' 2>/dev/null || missing+=("python yaml module (python3-yaml)")
 "$PY" -c 'import ensurepip, venv' 2>/dev/null || missing+=("python venv with ensurepip (python3-venv)")
@@ -899,8 +902,8 @@ case_cri() {
 MUSL_TARGET=x86_64-unknown-linux-musl
 MUSL_BIN=$REPO/target/$MUSL_TARGET/release/rdma-ns
 # A skip is a failure unless the caller opted in: RDMA_NS_ALLOW_SKIP is a comma-separated list
-# of case names that may skip (only musl, and containerfile which needs its binary, can); CI
-# sets none.
+# of case names that may skip (only musl and aarch64, whose rustup targets may be unreachable,
+# and containerfile which needs the musl binary, can); CI sets none.
 allowed_skip() { [[ ",${RDMA_NS_ALLOW_SKIP:-}," == *",$1,"* ]]; }
 # cannot CASE WHY: the case cannot run here: a skip (exit 77) if the caller allowed it, else a
 # failure naming the opt-in.
@@ -911,6 +914,21 @@ cannot() {
     exit 77
   fi
   die "$2 (set RDMA_NS_ALLOW_SKIP=$1 to accept a skip)"
+}
+# static_elf FILE MACHINE: FILE is an ELF64 executable for e_machine MACHINE (62 x86-64, 183
+# aarch64) with no PT_INTERP program header (a static-pie has PT_DYNAMIC but needs no loader).
+static_elf() {
+  "$PY" - "$1" "$2" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:4] == b"\x7fELF" and data[4] == 2, "not ELF64"
+machine, = struct.unpack_from("<H", data, 0x12)
+assert machine == int(sys.argv[2]), f"e_machine {machine}, want {sys.argv[2]}"
+phoff, = struct.unpack_from("<Q", data, 0x20)
+phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+sys.exit(1 if 3 in types else 0)  # 3 = PT_INTERP
+PY
 }
 # A static musl release build, as install/Containerfile makes it.
 case_musl() {
@@ -924,19 +942,80 @@ case_musl() {
   # The shipped build: install/build.sh makes exactly this static musl binary.
   built=$(T 1800 install/build.sh) || die "install/build.sh failed"
   [ "$REPO/$built" = "$MUSL_BIN" ] || die "install/build.sh built $built, not $MUSL_BIN"
-  # Static: no PT_INTERP program header (a static-pie has PT_DYNAMIC but needs no loader).
-  "$PY" - "$MUSL_BIN" <<'PY' || die "$MUSL_BIN is not a static executable"
-import struct, sys
-data = open(sys.argv[1], "rb").read()
-assert data[:4] == b"\x7fELF" and data[4] == 2, "not ELF64"
-phoff, = struct.unpack_from("<Q", data, 0x20)
-phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
-sys.exit(1 if 3 in types else 0)  # 3 = PT_INTERP
-PY
+  static_elf "$MUSL_BIN" 62 || die "$MUSL_BIN is not a static x86-64 executable"
   CNI_COMMAND=VERSION "$MUSL_BIN" </dev/null | grep -q supportedVersions || die "the musl binary does not answer VERSION"
   step "install/build.sh (cargo build --release --locked --target $MUSL_TARGET): $(stat -c %s "$MUSL_BIN") bytes, no ELF interpreter (static), answers VERSION"
   touch "$TMP/musl-ok"
+}
+
+A64_TARGET=aarch64-unknown-linux-musl
+A64_BIN=$REPO/target/$A64_TARGET/release/rdma-ns
+# Unit-test modules left out under qemu-user, each for a syscall qemu-user 7.2 does not emulate
+# (an aarch64 kernel has them; the unit tier runs these modules on x86_64):
+# - the NS_GET_NSTYPE ioctl (ENOSYS), which every netns check uses: kernel::netns and the mode
+#   tests that open /proc/self/ns/net as a pod netns (attach::tests: every mode, the kill
+#   points);
+# - open(2) with O_PATH (qemu drops the flag and opens the char device itself: ENXIO, and ELOOP
+#   on the symlink case): attach::permissions.
+A64_SKIP=(kernel::netns attach::tests attach::permissions)
+cargo_version() { awk -F'"' '/^version = / {print $2; exit}' Cargo.toml; }
+# Both architectures from the one script (install/build.sh --all: aarch64 cross-linked with
+# rust-lld), the aarch64 binary run under qemu-user, and the unit tests through a cargo runner.
+case_aarch64() {
+  local t out commit skip=() p f
+  for t in x86_64-unknown-linux-musl "$A64_TARGET"; do
+    if ! rustup target list --installed 2>/dev/null | grep -x "$t" >/dev/null; then
+      T 300 rustup target add "$t" >"$TMP/rustup-a64.out" 2>&1 ||
+        cannot aarch64 "rustup target add $t failed: $(tail -3 "$TMP/rustup-a64.out")"
+    fi
+  done
+  step "rustup targets x86_64-unknown-linux-musl and $A64_TARGET installed"
+  out=$(T 1800 install/build.sh --all) || die "install/build.sh --all failed"
+  [ "$out" = "target/x86_64-unknown-linux-musl/release/rdma-ns
+target/$A64_TARGET/release/rdma-ns" ] || die "install/build.sh --all printed: $out"
+  static_elf "$MUSL_BIN" 62 || die "$MUSL_BIN is not a static x86-64 executable"
+  static_elf "$A64_BIN" 183 || die "$A64_BIN is not a static aarch64 executable"
+  step "install/build.sh --all printed both paths: x86-64 $(stat -c %s "$MUSL_BIN") bytes, aarch64 $(stat -c %s "$A64_BIN") bytes, neither with an ELF interpreter"
+  out=$(CNI_COMMAND=VERSION T 60 qemu-aarch64-static "$A64_BIN" </dev/null) || die "VERSION under qemu failed: $out"
+  "$PY" -c 'import json,sys; v=json.loads(sys.argv[1]); assert "1.1.0" in v["supportedVersions"], v' "$out" ||
+    die "VERSION under qemu answered: $out"
+  step "under qemu-aarch64-static, VERSION answers $out"
+  commit=$(git rev-parse --short HEAD)
+  out=$(T 60 qemu-aarch64-static "$A64_BIN" --version) || die "--version under qemu failed: $out"
+  [ "$out" = "rdma-ns $(cargo_version) (commit $commit)" ] || die "--version under qemu printed '$out', want commit $commit"
+  step "under qemu-aarch64-static, --version prints '$out'"
+  for t in "${A64_SKIP[@]}"; do skip+=(--skip "$t"); done
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=qemu-aarch64-static \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld \
+    T 1800 cargo test --locked --lib --bins --target "$A64_TARGET" -- "${skip[@]}" >"$TMP/a64-test.log" 2>&1 ||
+    die "unit tests under qemu failed: $(grep -E '^test .* FAILED$|^test result|^error' "$TMP/a64-test.log" | head -20)"
+  p=$(awk '/^test result:/ {p += $4} END {print p + 0}' "$TMP/a64-test.log")
+  f=$(awk '/^test result:/ {f += $6} END {print f + 0}' "$TMP/a64-test.log")
+  { [ "$f" = 0 ] && [ "$p" -gt 100 ]; } || die "unit tests under qemu: $p passed, $f failed"
+  step "unit tests (lib and bin) for $A64_TARGET under qemu-aarch64-static: $p passed, 0 failed; left out for syscalls qemu-user lacks: ${A64_SKIP[*]}"
+}
+
+# A build from `git archive HEAD` (no .git): --version says "unknown", or the commit a packager
+# names in RDMA_NS_GIT_COMMIT. Its own target dir under target/ keeps the dependencies built
+# between runs.
+case_source_tarball() {
+  local src=$TMP/tarball/rdma-ns tdir=$REPO/target/source-tarball out commit
+  mkdir -p "$src"
+  git archive --format=tar HEAD | tar -x -C "$src" || die "git archive HEAD failed"
+  [ ! -e "$src/.git" ] || die "the archive has a .git"
+  step "git archive HEAD unpacked to $src (no .git)"
+  (cd "$src" && unset RDMA_NS_GIT_COMMIT && CARGO_TARGET_DIR="$tdir" T 1800 cargo build --locked --quiet) ||
+    die "cargo build in the unpacked tarball failed"
+  out=$("$tdir/debug/rdma-ns" --version)
+  [ "$out" = "rdma-ns $(cargo_version) (commit unknown)" ] || die "tarball build: --version printed '$out'"
+  CNI_COMMAND=VERSION "$tdir/debug/rdma-ns" </dev/null | grep supportedVersions >/dev/null || die "the tarball build does not answer VERSION"
+  step "built without .git: '$out', answers VERSION"
+  commit=$(git rev-parse --short HEAD)
+  (cd "$src" && RDMA_NS_GIT_COMMIT=$commit CARGO_TARGET_DIR="$tdir" T 1800 cargo build --locked --quiet) ||
+    die "cargo build with RDMA_NS_GIT_COMMIT failed"
+  out=$("$tdir/debug/rdma-ns" --version)
+  [ "$out" = "rdma-ns $(cargo_version) (commit $commit)" ] || die "with RDMA_NS_GIT_COMMIT=$commit: --version printed '$out'"
+  step "rebuilt with RDMA_NS_GIT_COMMIT=$commit: '$out'"
 }
 
 case_install_sh() { bash tests/e2e/install_sh_test.sh "$PLUGIN" "$TMP/install-sh"; }
@@ -965,6 +1044,21 @@ EOF
 # command each place rdma-ns into a directory standing in for the host's /opt/cni/bin.
 case_containerfile() {
   "$PY" tests/e2e/check_install_manifests.py containerfile || exit 1
+  # The checks have teeth: broken copies of the Containerfile are rejected.
+  local badcf=$TMP/Containerfile-bad cwhat cexpr
+  while IFS='|' read -r cwhat cexpr; do
+    sed "$cexpr" install/Containerfile >"$badcf"
+    if "$PY" tests/e2e/check_install_manifests.py containerfile "$badcf" >/dev/null 2>&1; then
+      die "the checker accepted a Containerfile with $cwhat"
+    fi
+  done <<'EOF'
+a floating base image with no unpinned reason|/^# unpinned: busybox/d
+a floating FROM without an ARG|s|^FROM ${BASE_IMAGE}|FROM docker.io/library/busybox:latest|
+no build.rs in the build stage|s|^COPY Cargo.toml Cargo.lock build.rs ./|COPY Cargo.toml Cargo.lock ./|
+a build stage under emulation|s|^FROM --platform=$BUILDPLATFORM |FROM |
+a fixed target instead of TARGETARCH|s|--target "${TARGETARCH:-amd64}"|--target x86_64|
+EOF
+  step "broken Containerfiles rejected: floating base without a reason, floating FROM, no build.rs, build stage not on \$BUILDPLATFORM, no \$TARGETARCH"
   if [ ! -f "$TMP/musl-ok" ]; then
     # The image stage needs the musl case's binary: build it here when that case was not run
     # (or a failure/allowed skip of it, reported there, counts here too).
@@ -1047,6 +1141,8 @@ for c in "${CASES[@]}"; do
     install-sh) run_case install-sh case_install_sh ;;
     daemonset) run_case daemonset case_daemonset ;;
     containerfile) run_case containerfile case_containerfile ;;
+    aarch64) run_case aarch64 case_aarch64 ;;
+    source-tarball) run_case source-tarball case_source_tarball ;;
     ctr | ctr-macvlan | cri)
       if [ "$containerd_ok" = 1 ]; then
         run_case "$c" "case_${c//-/_}"

@@ -1,0 +1,61 @@
+//! Subcommands for people, run only when CNI_COMMAND is unset: they live in the binary crate,
+//! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
+//! diagnostics to stderr.
+
+pub mod migrate;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// How the description line names the subcommands.
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-]";
+
+/// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
+pub fn version_line() -> String {
+    format!(
+        "rdma-ns {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("RDMA_NS_GIT_COMMIT")
+    )
+}
+
+/// Runs the subcommand named by `args[0]`, or returns None when it names none (the caller then
+/// prints the description, as the binary always did).
+pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
+    let first = args.first()?.to_str()?;
+    match first {
+        "--version" | "-V" => {
+            if args.len() > 1 {
+                eprintln!("rdma-ns --version takes no arguments");
+                return Some(ExitCode::from(2));
+            }
+            println!("{}", version_line());
+            Some(ExitCode::SUCCESS)
+        }
+        "migrate" => Some(migrate::run(&args[1..])),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_known_subcommands_are_taken() {
+        assert!(dispatch(&[]).is_none());
+        assert!(dispatch(&["--help".into()]).is_none());
+        assert!(dispatch(&["ADD".into()]).is_none());
+        assert!(dispatch(&["--version".into(), "x".into()]).is_some());
+    }
+
+    #[test]
+    fn the_version_line_names_version_and_commit() {
+        let line = version_line();
+        let rest = line
+            .strip_prefix(&format!("rdma-ns {} (commit ", env!("CARGO_PKG_VERSION")))
+            .unwrap_or_else(|| panic!("{line}"));
+        let commit = rest.strip_suffix(')').unwrap_or_else(|| panic!("{line}"));
+        assert!(!commit.is_empty() && !commit.contains(' '), "{line}");
+    }
+}

@@ -1,0 +1,166 @@
+//! The binary's subcommands for people (`--version`, `migrate`), exec'd as a person would, and
+//! the rule that keeps them off the CNI path: with CNI_COMMAND set, argv is never looked at.
+//! Needs no root.
+
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("exec rdma-ns")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn version_prints_the_package_version_and_the_commit_it_was_built_from() {
+    let out = run(&["--version"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let line = stdout
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{stdout:?}"));
+    assert!(!line.contains('\n'), "one line: {stdout:?}");
+    let commit = line
+        .strip_prefix(&format!("rdma-ns {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("want `rdma-ns VERSION (commit ID)`, got {line:?}"));
+
+    // Built from a git checkout without the packager's override, the commit is HEAD's.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let overridden = std::env::var("RDMA_NS_GIT_COMMIT").is_ok_and(|v| !v.is_empty());
+    if std::path::Path::new(root).join(".git").exists() && !overridden {
+        let head = Command::new("git")
+            .args(["-C", root, "rev-parse", "--short", "HEAD"])
+            .output()
+            .expect("git");
+        assert!(head.status.success(), "git rev-parse: {head:?}");
+        assert_eq!(commit, text(&head.stdout).trim(), "{line}");
+    } else {
+        assert!(
+            !commit.is_empty() && commit.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn with_cni_command_set_argv_is_ignored() {
+    let out = run(&["--version"], &[("CNI_COMMAND", "VERSION")]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("VERSION answers JSON ({e}): {}", text(&out.stdout)));
+    assert!(v["supportedVersions"].is_array(), "{v}");
+}
+
+#[test]
+fn without_a_subcommand_the_description_goes_to_stderr_only() {
+    for args in [&[][..], &["--help"][..], &["ADD"][..]] {
+        let out = run(args, &[]);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: stdout {:?}",
+            text(&out.stdout)
+        );
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "rdma-ns {}: CNI plugin",
+                env!("CARGO_PKG_VERSION")
+            )) && err.contains("--version"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// `rdma-ns migrate` on the anchors' own README examples (tests/data/migrate/README.md names
+/// each source): the conflist on stdout, one warning line per field not carried over on stderr.
+#[test]
+fn migrate_turns_the_anchors_examples_into_rdma_ns_conflists() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/migrate");
+    let mut cases = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some((name, _)) = file.split_once(".input.") else {
+            continue;
+        };
+        cases += 1;
+        let input = e.path();
+        let out = run(&["migrate", input.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{name}: stdout is not JSON ({e}): {}", text(&out.stdout)));
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{dir}/{name}.expected.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(got, want, "{name}");
+        let want_warnings: Vec<String> = std::fs::read_to_string(format!("{dir}/{name}.warnings"))
+            .unwrap()
+            .lines()
+            .map(|l| format!("rdma-ns migrate: warning: {l}"))
+            .collect();
+        let got_warnings: Vec<String> = text(&out.stderr).lines().map(String::from).collect();
+        assert_eq!(got_warnings, want_warnings, "{name}: stderr");
+    }
+    assert!(cases >= 5, "{cases} cases in {dir}");
+}
+
+#[test]
+fn migrate_reads_standard_input_and_refuses_what_it_cannot_read() {
+    let input = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/migrate/ipoib-cni.input.json"
+    ))
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["migrate", "-"])
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["plugins"][0]["mode"], "ipoib", "{got}");
+
+    for (args, want) in [
+        (
+            &["migrate", "/nonexistent/conf.json"][..],
+            "reading /nonexistent/conf.json",
+        ),
+        (&["migrate", "a", "b"][..], "usage: rdma-ns migrate"),
+    ] {
+        let out = run(args, &[]);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: stdout {}",
+            text(&out.stdout)
+        );
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let garbage = std::env::temp_dir().join(format!("rdma-ns-migrate-{}.txt", std::process::id()));
+    std::fs::write(&garbage, "kind: Pod\n").unwrap();
+    let out = run(&["migrate", garbage.to_str().unwrap()], &[]);
+    std::fs::remove_file(&garbage).unwrap();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+}
