@@ -277,63 +277,9 @@ fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
 pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     let selectors = parent_selectors(req, pc)?;
     let netns = open_netns(req.env.netns.as_deref())?;
-    let parent = select_parent(ctx.kernel, ctx.sys, &selectors)?;
-    refuse_exclusive_netns_mode(ctx, pc, &parent)?;
-    let child = match pc.mode {
-        crate::attach::config::Mode::Ipoib => plan_ipoib(&parent, pc)?,
-        _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
-    };
-    if let Some(existing) = ctx
-        .kernel
-        .link_by_name(Ns::Pod(&netns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
-    {
-        return Err(taken(&netns, &req.env.ifname, Some(existing.index)));
-    }
-    crate::log::info(&format!("{}: {}", req.env.ifname, child.summary));
-    let device_key = format!(
-        "child-{}-{}-{}",
-        req.conf.name, req.env.container_id, req.env.ifname
-    );
-    let host = HostDevice {
-        name: parent.name.clone(),
-        ifindex: parent.index,
-        mtu: parent.mtu,
-        hwaddr: parent.hwaddr_string(),
-        perm_hwaddr: None,
-        pci: parent.pci_address().map(str::to_string),
-        was_up: parent.up,
-        addresses: Vec::new(),
-    };
-    let mut att = Attachment {
-        child: Some(ChildRecord {
-            kind: child.kind.kind_name().to_string(),
-            hwaddr: expected_hwaddr(&child, &parent),
-            ipoib: None,
-            macvlan_mode: None,
-            summary: child.summary.clone(),
-        }),
-        ..Attachment::adding(req, pc.mode, &netns, device_key, host)
-    };
-    // RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
-    let roce_ports = match (pc.mode, pc.rdma) {
-        (crate::attach::config::Mode::Macvlan, r) if r != RdmaConf::Off => {
-            gids::roce_ports_of(ctx.sys, &parent.name)?
-        }
-        _ => Vec::new(),
-    };
+    let mut add = ChildAdd::decide(ctx, req, pc, &netns, &selectors)?;
     let mut plan = Plan::new(ctx.fault.clone());
-    match add_steps(
-        ctx,
-        req,
-        pc,
-        &netns,
-        &parent,
-        &child,
-        &roce_ports,
-        &mut att,
-        &mut plan,
-    ) {
+    match add.run(&mut plan) {
         Ok(r) => {
             plan.commit();
             Ok(r)
@@ -350,165 +296,254 @@ fn taken(netns: &Netns, ifname: &str, index: Option<u32>) -> Error {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn add_steps<'a>(
+/// One macvlan or ipoib ADD: what is decided before the first change, then one method per step.
+struct ChildAdd<'a> {
     ctx: &'a Ctx<'a>,
     req: &'a Request,
-    pc: &PluginConf,
+    pc: &'a PluginConf,
     netns: &'a Netns,
-    parent: &Link,
-    child: &ChildPlan,
-    roce_ports: &[(String, u32)],
-    att: &mut Attachment,
-    plan: &mut Plan<'a>,
-) -> Result<CniResult> {
-    let k = ctx.kernel;
-
-    // IPAM ADD (an exec of the IPAM plugin, the longest step) runs beside the intent record and
-    // the child's creation.
-    let (link, ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
-        intent_and_child(ctx, req, netns, parent, child, att, plan)
-    })?;
-    let index = link.index;
-    let pod = Ns::Pod(netns);
-    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
-
-    let mut link = link;
-    if let (true, Some(mtu)) = (is_ipoib, child.mtu) {
-        if link.mtu != mtu {
-            k.set_link(
-                pod,
-                index,
-                &LinkChange {
-                    mtu: Some(mtu),
-                    ..Default::default()
-                },
-            )
-            .map_err(|e| Error::kernel(format!("setting MTU {mtu} on {}", req.env.ifname), e))?;
-            link.mtu = mtu;
-        }
-    }
-    if let Some(rec) = att.child.as_mut() {
-        rec.hwaddr = Some(link.hwaddr_string());
-        rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
-        rec.macvlan_mode = link.macvlan_mode();
-    }
-    att.pod_ifindex = Some(index);
-    att.pod_mtu = Some(link.mtu);
-
-    let parent_ibdevs = crate::attach::modes::move_dev::ib_device_names(ctx.sys, &parent.name)?;
-    let perm_ibdevs = match crate::attach::permissions::from_conf(&req.conf)? {
-        Some(_) => parent_ibdevs.clone(),
-        None => Vec::new(),
-    };
-    crate::attach::permissions::apply_permissions(ctx, req, att, &perm_ibdevs, plan)?;
-
-    let result = ipam.unwrap_or_default();
-    configure_pod_interface(k, netns, index, &req.env.ifname, &result, plan)?;
-
-    if !roce_ports.is_empty() && !result.ips.is_empty() {
-        let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-        att.gids = gids::wait_for_gids(ctx.sys, roce_ports, &ips, &req.env.ifname, pc.gid_timeout)?;
-        att.gid_view = Some(gids::GidView::Host);
-        for g in &att.gids {
-            crate::log::info(&format!(
-                "{}: {} has GID index {} ({}) on {} port {}",
-                req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
-            ));
-        }
-    }
-    plan.checkpoint("gids")?;
-
-    crate::attach::device_info::write_device_info(ctx, req, att, &parent_ibdevs, plan)?;
-
-    // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
-    // that takes the pod netns and the child with it.
-    crate::attach::lifecycle::finish_add(ctx, req, netns, att, &link, result, plan)
+    parent: Link,
+    child: ChildPlan,
+    /// RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
+    roce_ports: Vec<(String, u32)>,
+    att: Attachment,
 }
 
-/// Writes the intent record (durably), then creates the child in the pod with its final name:
-/// the part of ADD that runs beside IPAM ADD. Registers the undo of each.
-fn intent_and_child<'a>(
-    ctx: &'a Ctx<'a>,
-    req: &'a Request,
-    netns: &'a Netns,
-    parent: &Link,
-    child: &ChildPlan,
-    att: &mut Attachment,
-    plan: &mut Plan<'a>,
-) -> Result<Link> {
-    let k = ctx.kernel;
-    let pod = Ns::Pod(netns);
-
-    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
-
-    let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
-    let spec = NewLink {
-        name: req.env.ifname.clone(),
-        kind: child.kind,
-        parent_index: parent.index,
-        target_netns: Some(pod),
-        // An IPoIB child's MTU is set after creation: switching a child to connected mode
-        // resets its MTU to the connected-mode maximum (ipoib_set_mode).
-        mtu: if is_ipoib { None } else { child.mtu },
-        hwaddr: child.hwaddr.clone(),
-    };
-    k.create_link(Ns::Host, &spec).map_err(|e| {
-        if e.is_errno(nix::errno::Errno::EEXIST) {
-            return taken(netns, &req.env.ifname, None);
-        }
-        let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
-            format!(
-                " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB netdev of \
-                 an InfiniBand port, with ib_ipoib loaded)",
-                parent.name
-            )
-        } else {
-            String::new()
+impl<'a> ChildAdd<'a> {
+    fn decide(
+        ctx: &'a Ctx<'a>,
+        req: &'a Request,
+        pc: &'a PluginConf,
+        netns: &'a Netns,
+        selectors: &[Selector],
+    ) -> Result<ChildAdd<'a>> {
+        let parent = select_parent(ctx.kernel, ctx.sys, selectors)?;
+        refuse_exclusive_netns_mode(ctx, pc, &parent)?;
+        let child = match pc.mode {
+            crate::attach::config::Mode::Ipoib => plan_ipoib(&parent, pc)?,
+            _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
         };
-        Error::kernel(
-            format!(
-                "creating {} child {} of {} in the pod netns {}{hint}",
-                child.kind.kind_name(),
-                req.env.ifname,
-                parent.name,
-                netns.path().display()
-            ),
-            e,
-        )
-    })?;
-    let link = k
-        .link_by_name(pod, &req.env.ifname)
-        .map_err(|e| {
+        if let Some(existing) = ctx
+            .kernel
+            .link_by_name(Ns::Pod(netns), &req.env.ifname)
+            .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        {
+            return Err(taken(netns, &req.env.ifname, Some(existing.index)));
+        }
+        crate::log::info(&format!("{}: {}", req.env.ifname, child.summary));
+        let device_key = format!(
+            "child-{}-{}-{}",
+            req.conf.name, req.env.container_id, req.env.ifname
+        );
+        let host = HostDevice {
+            name: parent.name.clone(),
+            ifindex: parent.index,
+            mtu: parent.mtu,
+            hwaddr: parent.hwaddr_string(),
+            perm_hwaddr: None,
+            pci: parent.pci_address().map(str::to_string),
+            was_up: parent.up,
+            addresses: Vec::new(),
+        };
+        let att = Attachment {
+            child: Some(ChildRecord {
+                kind: child.kind.kind_name().to_string(),
+                hwaddr: expected_hwaddr(&child, &parent),
+                ipoib: None,
+                macvlan_mode: None,
+                summary: child.summary.clone(),
+            }),
+            ..Attachment::adding(req, pc.mode, netns, device_key, host)
+        };
+        let roce_ports = match (pc.mode, pc.rdma) {
+            (crate::attach::config::Mode::Macvlan, r) if r != RdmaConf::Off => {
+                gids::roce_ports_of(ctx.sys, &parent.name)?
+            }
+            _ => Vec::new(),
+        };
+        Ok(ChildAdd {
+            ctx,
+            req,
+            pc,
+            netns,
+            parent,
+            child,
+            roce_ports,
+            att,
+        })
+    }
+
+    fn run(&mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
+        let (ctx, req, netns) = (self.ctx, self.req, self.netns);
+        // IPAM ADD (an exec of the IPAM plugin, the longest step) runs beside the intent record
+        // and the child's creation.
+        let (link, ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
+            self.intent_and_child(plan)
+        })?;
+        let link = self.settle(link)?;
+        let parent_ibdevs =
+            crate::attach::modes::move_dev::ib_device_names(ctx.sys, &self.parent.name)?;
+        let perm_ibdevs = match crate::attach::permissions::from_conf(&req.conf)? {
+            Some(_) => parent_ibdevs.clone(),
+            None => Vec::new(),
+        };
+        crate::attach::permissions::apply_permissions(ctx, req, &mut self.att, &perm_ibdevs, plan)?;
+        let result = ipam.unwrap_or_default();
+        configure_pod_interface(
+            ctx.kernel,
+            netns,
+            link.index,
+            &req.env.ifname,
+            &result,
+            plan,
+        )?;
+        self.record_gids(&result, plan)?;
+        crate::attach::device_info::write_device_info(
+            ctx,
+            req,
+            &mut self.att,
+            &parent_ibdevs,
+            plan,
+        )?;
+        // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
+        // that takes the pod netns and the child with it.
+        crate::attach::lifecycle::finish_add(ctx, req, netns, &mut self.att, &link, result, plan)
+    }
+
+    /// Writes the intent record (durably), then creates the child in the pod with its final
+    /// name: the part of ADD that runs beside IPAM ADD. Registers the undo of each.
+    fn intent_and_child(&mut self, plan: &mut Plan<'a>) -> Result<Link> {
+        let (ctx, req, netns, parent, child) =
+            (self.ctx, self.req, self.netns, &self.parent, &self.child);
+        let k = ctx.kernel;
+        let pod = Ns::Pod(netns);
+
+        crate::attach::lifecycle::write_intent(ctx, &self.att, plan)?;
+
+        let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
+        let spec = NewLink {
+            name: req.env.ifname.clone(),
+            kind: child.kind,
+            parent_index: parent.index,
+            target_netns: Some(pod),
+            // An IPoIB child's MTU is set after creation: switching a child to connected mode
+            // resets its MTU to the connected-mode maximum (ipoib_set_mode).
+            mtu: if is_ipoib { None } else { child.mtu },
+            hwaddr: child.hwaddr.clone(),
+        };
+        k.create_link(Ns::Host, &spec).map_err(|e| {
+            if e.is_errno(nix::errno::Errno::EEXIST) {
+                return taken(netns, &req.env.ifname, None);
+            }
+            let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
+                format!(
+                    " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB \
+                     netdev of an InfiniBand port, with ib_ipoib loaded)",
+                    parent.name
+                )
+            } else {
+                String::new()
+            };
             Error::kernel(
-                format!("looking up the new {} in the pod", req.env.ifname),
+                format!(
+                    "creating {} child {} of {} in the pod netns {}{hint}",
+                    child.kind.kind_name(),
+                    req.env.ifname,
+                    parent.name,
+                    netns.path().display()
+                ),
                 e,
             )
-        })?
-        .ok_or_else(|| {
-            Error::DeviceNotFound(format!(
-                "{} was created but is not in the pod netns",
-                req.env.ifname
-            ))
         })?;
-    let index = link.index;
-    plan.on_undo("create", move || {
-        k.delete_link(pod, index)
-            .map_err(|e| Error::kernel("deleting the child interface", e))
-    });
-    // A kill here, before the record below, must still leave DEL able to find the child: the
-    // intent already names it (macvlan: its address; IPoIB: kind, parent and name).
-    plan.checkpoint("created")?;
-    // What identifies the child (its address and ifindex) goes into the record at once, so a
-    // plugin killed before the final record still leaves DEL able to find it (an IPoIB child
-    // outlives its netns: the kernel refunds it to the host).
-    att.pod_ifindex = Some(index);
-    if let Some(rec) = att.child.as_mut() {
-        rec.hwaddr = Some(link.hwaddr_string());
+        let link = k
+            .link_by_name(pod, &req.env.ifname)
+            .map_err(|e| {
+                Error::kernel(
+                    format!("looking up the new {} in the pod", req.env.ifname),
+                    e,
+                )
+            })?
+            .ok_or_else(|| {
+                Error::DeviceNotFound(format!(
+                    "{} was created but is not in the pod netns",
+                    req.env.ifname
+                ))
+            })?;
+        let index = link.index;
+        plan.on_undo("create", move || {
+            k.delete_link(pod, index)
+                .map_err(|e| Error::kernel("deleting the child interface", e))
+        });
+        // A kill here, before the record below, must still leave DEL able to find the child: the
+        // intent already names it (macvlan: its address; IPoIB: kind, parent and name).
+        plan.checkpoint("created")?;
+        // What identifies the child (its address and ifindex) goes into the record at once, so a
+        // plugin killed before the final record still leaves DEL able to find it (an IPoIB child
+        // outlives its netns: the kernel refunds it to the host).
+        self.att.pod_ifindex = Some(index);
+        if let Some(rec) = self.att.child.as_mut() {
+            rec.hwaddr = Some(link.hwaddr_string());
+        }
+        ctx.store.update(&self.att)?;
+        plan.checkpoint("create")?;
+        Ok(link)
     }
-    ctx.store.update(att)?;
-    plan.checkpoint("create")?;
-    Ok(link)
+
+    /// The child as created: an IPoIB child's MTU set (after its mode), and what the kernel
+    /// reports of it recorded.
+    fn settle(&mut self, mut link: Link) -> Result<Link> {
+        let is_ipoib = matches!(self.child.kind, LinkKind::Ipoib { .. });
+        if let (true, Some(mtu)) = (is_ipoib, self.child.mtu) {
+            if link.mtu != mtu {
+                self.ctx
+                    .kernel
+                    .set_link(
+                        Ns::Pod(self.netns),
+                        link.index,
+                        &LinkChange {
+                            mtu: Some(mtu),
+                            ..Default::default()
+                        },
+                    )
+                    .map_err(|e| {
+                        Error::kernel(format!("setting MTU {mtu} on {}", self.req.env.ifname), e)
+                    })?;
+                link.mtu = mtu;
+            }
+        }
+        if let Some(rec) = self.att.child.as_mut() {
+            rec.hwaddr = Some(link.hwaddr_string());
+            rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
+            rec.macvlan_mode = link.macvlan_mode();
+        }
+        self.att.pod_ifindex = Some(link.index);
+        self.att.pod_mtu = Some(link.mtu);
+        Ok(link)
+    }
+
+    /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs on the parent's ports and
+    /// records their indexes.
+    fn record_gids(&mut self, result: &CniResult, plan: &mut Plan<'a>) -> Result<()> {
+        if !self.roce_ports.is_empty() && !result.ips.is_empty() {
+            let ifname = &self.req.env.ifname;
+            let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
+            self.att.gids = gids::wait_for_gids(
+                self.ctx.sys,
+                &self.roce_ports,
+                &ips,
+                ifname,
+                self.pc.gid_timeout,
+            )?;
+            self.att.gid_view = Some(gids::GidView::Host);
+            for g in &self.att.gids {
+                crate::log::info(&format!(
+                    "{ifname}: {} has GID index {} ({}) on {} port {}",
+                    g.ip, g.index, g.gid_type, g.ibdev, g.port
+                ));
+            }
+        }
+        plan.checkpoint("gids")
+    }
 }
 
 /// Modes `macvlan` and `ipoib`. Their DEL (the shared frame around `release`) deletes the child
