@@ -75,28 +75,61 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         )
     })?;
     let netns = open_netns(req.env.netns.as_deref())?;
+    require_exclusive_netns_mode(ctx)?;
+    let bdf = function_of(ctx, req, &netns)?;
+    let rec = ib_device_of_function(ctx, &bdf)?;
+    let key = format!("ib-{}", rec.ibdev);
+    let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
+    let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
+    let host = HostDevice {
+        name: req.env.ifname.clone(),
+        ifindex: 0,
+        mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
+        hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
+        perm_hwaddr: None,
+        pci: Some(bdf),
+        was_up: true,
+        addresses: Vec::new(),
+    };
+    let mut att = Attachment {
+        rdma: Some(rec),
+        ..Attachment::adding(req, pc.mode, &netns, key, host)
+    };
+    let mut plan = Plan::new(ctx.fault.clone());
+    match steps(ctx, req, &netns, &mut att, &mut plan) {
+        Ok(()) => {
+            plan.commit();
+            Ok(prev)
+        }
+        Err(e) => Err(plan.rollback(e)),
+    }
+}
+
+/// Moving an ib device between namespaces needs the RDMA subsystem in exclusive netns mode.
+fn require_exclusive_netns_mode(ctx: &Ctx<'_>) -> Result<()> {
     match ctx
         .rdma
         .netns_mode()
         .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?
     {
-        Some(NetnsMode::Exclusive) => {}
-        other => {
-            return Err(Error::RdmaUnavailable(format!(
-                "mode \"rdma\" moves the ib device into the pod, which needs the RDMA subsystem in \
-                 exclusive netns mode, but it is {}: set `options ib_core netns_mode=0` in \
-                 /etc/modprobe.d and reboot",
-                match other {
-                    Some(_) => "shared",
-                    None => "absent (no RDMA netlink: ib_core not loaded)",
-                }
-            )))
-        }
+        Some(NetnsMode::Exclusive) => Ok(()),
+        other => Err(Error::RdmaUnavailable(format!(
+            "mode \"rdma\" moves the ib device into the pod, which needs the RDMA subsystem in \
+             exclusive netns mode, but it is {}: set `options ib_core netns_mode=0` in \
+             /etc/modprobe.d and reboot",
+            match other {
+                Some(_) => "shared",
+                None => "absent (no RDMA netlink: ib_core not loaded)",
+            }
+        ))),
     }
-    let bdf = function_of(ctx, req, &netns)?;
+}
+
+/// The one ib device of PCI function `bdf`, in the host netns, as it will be recorded.
+fn ib_device_of_function(ctx: &Ctx<'_>, bdf: &str) -> Result<RdmaRecord> {
     let topo = RdmaSysfs::new(ctx.sys);
     let function = topo
-        .pci_function(&bdf)
+        .pci_function(bdf)
         .map_err(|e| Error::io(format!("reading PCI function {bdf} in sysfs"), e))?
         .ok_or_else(|| {
             Error::DeviceNotFound(format!("PCI function {bdf} does not exist in sysfs"))
@@ -125,8 +158,8 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         .device_index(Ns::Host, &ibdev)
         .map_err(|e| Error::kernel(format!("looking up ib device {ibdev}"), e))?
         .ok_or_else(|| Error::DeviceInUse(format!("ib device {ibdev} is not in the host netns")))?;
-    let rec = RdmaRecord {
-        ibdev: ibdev.clone(),
+    Ok(RdmaRecord {
+        ibdev,
         index,
         port: 1,
         infiniband: dev
@@ -140,64 +173,50 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
                 .clone()
                 .unwrap_or_else(|| "unknown driver".into()),
         },
-    };
-    let key = format!("ib-{ibdev}");
-    let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
-    let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
-    let host = HostDevice {
-        name: req.env.ifname.clone(),
-        ifindex: 0,
-        mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
-        hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
-        perm_hwaddr: None,
-        pci: Some(bdf),
-        was_up: true,
-        addresses: Vec::new(),
-    };
-    let att = Attachment {
-        rdma: Some(rec.clone()),
-        ..Attachment::adding(req, pc.mode, &netns, key, host)
-    };
-    let mut plan = Plan::new(ctx.fault.clone());
-    let outcome = (|| {
-        crate::attach::lifecycle::write_intent(ctx, &att, &mut plan)?;
-        let pod = Ns::Pod(&netns);
+    })
+}
+
+/// Intent record, the ib device into the pod, permissions, device-info, final record.
+fn steps<'a>(
+    ctx: &'a Ctx<'a>,
+    req: &Request,
+    netns: &'a Netns,
+    att: &mut Attachment,
+    plan: &mut Plan<'a>,
+) -> Result<()> {
+    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
+    let rec = att
+        .rdma
+        .clone()
+        .expect("chained attachments record their ib device");
+    let pod = Ns::Pod(netns);
+    ctx.rdma
+        .move_device(Ns::Host, rec.index, pod)
+        .map_err(|e| {
+            move_error(
+                &rec,
+                &format!("into the pod netns {}", netns.path().display()),
+                e,
+            )
+        })?;
+    let undo_rec = rec.clone();
+    plan.on_undo("ib-move", move || {
         ctx.rdma
-            .move_device(Ns::Host, rec.index, pod)
-            .map_err(|e| {
-                move_error(
-                    &rec,
-                    &format!("into the pod netns {}", netns.path().display()),
-                    e,
-                )
-            })?;
-        let undo_rec = rec.clone();
-        plan.on_undo("ib-move", move || {
-            ctx.rdma
-                .move_device(pod, undo_rec.index, Ns::Host)
-                .map_err(|e| move_error(&undo_rec, "back to the host netns", e))
-        });
-        plan.checkpoint("ib-move")?;
-        let mut ready = att.clone();
-        crate::attach::permissions::apply_permissions(
-            ctx,
-            req,
-            &mut ready,
-            std::slice::from_ref(&rec.ibdev),
-            &mut plan,
-        )?;
-        crate::attach::device_info::write_device_info(ctx, req, &mut ready, &[], &mut plan)?;
-        ready.phase = Phase::Ready;
-        ctx.store.save(&ready)?;
-        plan.checkpoint("state")
-    })();
-    match outcome {
-        Ok(()) => {
-            plan.commit();
-            Ok(prev)
-        }
-        Err(e) => Err(plan.rollback(e)),
-    }
+            .move_device(pod, undo_rec.index, Ns::Host)
+            .map_err(|e| move_error(&undo_rec, "back to the host netns", e))
+    });
+    plan.checkpoint("ib-move")?;
+    crate::attach::permissions::apply_permissions(
+        ctx,
+        req,
+        att,
+        std::slice::from_ref(&rec.ibdev),
+        plan,
+    )?;
+    crate::attach::device_info::write_device_info(ctx, req, att, &[], plan)?;
+    att.phase = Phase::Ready;
+    ctx.store.save(att)?;
+    plan.checkpoint("state")
 }
 
 /// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
