@@ -67,63 +67,13 @@ pub fn plan_ib_move(
     conf: RdmaConf,
     netdev: &Link,
 ) -> Result<Option<RdmaRecord>> {
-    if conf == RdmaConf::Off {
+    if conf == RdmaConf::Off || !moves_ib_devices(rdma, conf, netdev)? {
         return Ok(None);
     }
-    let mode = rdma
-        .netns_mode()
-        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
-    match (mode, conf) {
-        (Some(NetnsMode::Exclusive), _) => {}
-        (_, RdmaConf::Auto) => return Ok(None),
-        (None, _) => {
-            return Err(Error::RdmaUnavailable(format!(
-                "rdma is \"exclusive\" but this kernel has no RDMA netlink (ib_core not loaded): \
-                 load the NIC's RDMA driver (e.g. mlx5_ib), or set rdma to \"auto\" to move {} \
-                 without an ib device",
-                netdev.name
-            )))
-        }
-        (Some(NetnsMode::Shared), _) => {
-            return Err(Error::RdmaUnavailable(format!(
-                "rdma is \"exclusive\" but the RDMA subsystem is in shared netns mode, so the ib \
-                 device of {} cannot be moved into the pod: set `options ib_core netns_mode=0` in \
-                 /etc/modprobe.d and reboot (or `rdma system set netns exclusive` while no other \
-                 netns exists), or use rdma \"auto\"",
-                netdev.name
-            )))
-        }
-    }
-    let topo = RdmaSysfs::new(sys);
-    // An upper device (VLAN) has no ib device of its own: its lower device's is not moved.
-    let ports = topo.ib_ports_of_own_device(&netdev.name).map_err(|e| {
-        Error::io(
-            format!("reading the ib devices of {} in sysfs", netdev.name),
-            e,
-        )
-    })?;
-    let mut names: Vec<&str> = ports.iter().map(|p| p.ibdev.as_str()).collect();
-    names.sort();
-    names.dedup();
-    let port = match names.as_slice() {
-        [] if conf == RdmaConf::Exclusive => {
-            return Err(Error::RdmaUnavailable(format!(
-                "rdma is \"exclusive\" but {} has no ib device in sysfs (no RDMA driver bound?)",
-                netdev.name
-            )))
-        }
-        [] => return Ok(None),
-        [_] => &ports[0],
-        several => {
-            return Err(Error::DeviceAmbiguous(format!(
-                "{} belongs to several ib devices ({}); move mode moves one: select the function \
-                 with rdmaDevice or set rdma \"off\"",
-                netdev.name,
-                several.join(", ")
-            )))
-        }
+    let Some(port) = own_ib_port(sys, conf, netdev)? else {
+        return Ok(None);
     };
-    let ibdev = topo
+    let ibdev = RdmaSysfs::new(sys)
         .device(&port.ibdev)
         .map_err(|e| Error::io(format!("reading ib device {}", port.ibdev), e))?
         .ok_or_else(|| {
@@ -149,6 +99,65 @@ pub fn plan_ib_move(
         infiniband,
         driver: driver_name(sys, &ibdev.parent),
     }))
+}
+
+/// Whether the subsystem lets ib devices move (exclusive netns mode); `rdma: exclusive` makes
+/// anything else an error naming what to change.
+fn moves_ib_devices(rdma: &dyn RdmaOps, conf: RdmaConf, netdev: &Link) -> Result<bool> {
+    let mode = rdma
+        .netns_mode()
+        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
+    match (mode, conf) {
+        (Some(NetnsMode::Exclusive), _) => Ok(true),
+        (_, RdmaConf::Auto) | (_, RdmaConf::Off) => Ok(false),
+        (None, RdmaConf::Exclusive) => Err(Error::RdmaUnavailable(format!(
+            "rdma is \"exclusive\" but this kernel has no RDMA netlink (ib_core not loaded): load \
+             the NIC's RDMA driver (e.g. mlx5_ib), or set rdma to \"auto\" to move {} without an \
+             ib device",
+            netdev.name
+        ))),
+        (Some(NetnsMode::Shared), RdmaConf::Exclusive) => Err(Error::RdmaUnavailable(format!(
+            "rdma is \"exclusive\" but the RDMA subsystem is in shared netns mode, so the ib \
+             device of {} cannot be moved into the pod: set `options ib_core netns_mode=0` in \
+             /etc/modprobe.d and reboot (or `rdma system set netns exclusive` while no other \
+             netns exists), or use rdma \"auto\"",
+            netdev.name
+        ))),
+    }
+}
+
+/// The one ib port `netdev` belongs to by its own device. An upper device (VLAN) has no ib
+/// device of its own: its lower device's is not moved.
+fn own_ib_port(
+    sys: &SysRoot,
+    conf: RdmaConf,
+    netdev: &Link,
+) -> Result<Option<crate::kernel::rdma::IbPortRef>> {
+    let mut ports = RdmaSysfs::new(sys)
+        .ib_ports_of_own_device(&netdev.name)
+        .map_err(|e| {
+            Error::io(
+                format!("reading the ib devices of {} in sysfs", netdev.name),
+                e,
+            )
+        })?;
+    let mut names: Vec<&str> = ports.iter().map(|p| p.ibdev.as_str()).collect();
+    names.sort();
+    names.dedup();
+    match names.as_slice() {
+        [] if conf == RdmaConf::Exclusive => Err(Error::RdmaUnavailable(format!(
+            "rdma is \"exclusive\" but {} has no ib device in sysfs (no RDMA driver bound?)",
+            netdev.name
+        ))),
+        [] => Ok(None),
+        [_] => Ok(Some(ports.swap_remove(0))),
+        several => Err(Error::DeviceAmbiguous(format!(
+            "{} belongs to several ib devices ({}); move mode moves one: select the function \
+             with rdmaDevice or set rdma \"off\"",
+            netdev.name,
+            several.join(", ")
+        ))),
+    }
 }
 
 /// The kernel driver behind an ib device, for messages.
