@@ -131,6 +131,18 @@ pub enum Error {
     DevicePermission(String),
 }
 
+/// A failed kernel request with what was being done: `.kernel_ctx(|| format!(...))` in place of
+/// `.map_err(|e| Error::kernel(format!(...), e))`. The message is built only on failure.
+pub trait KernelContext<T> {
+    fn kernel_ctx<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T>;
+}
+
+impl<T> KernelContext<T> for std::result::Result<T, KernelError> {
+    fn kernel_ctx<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T> {
+        self.map_err(|e| Error::kernel(context(), e))
+    }
+}
+
 impl Error {
     /// The CNI error code for this error.
     pub fn code(&self) -> u32 {

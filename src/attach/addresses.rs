@@ -3,7 +3,8 @@
 
 use crate::attach::plan::Plan;
 use crate::cni::result::CniResult;
-use crate::error::{Error, Result};
+use crate::error::KernelContext;
+use crate::error::Result;
 use crate::kernel::{LinkChange, NetOps, Netns, Ns, RouteSpec};
 
 /// Adds the IPAM result's addresses, sets the link up, then adds the routes (a route via a
@@ -20,12 +21,11 @@ pub fn configure_pod_interface<'a>(
     let pod = Ns::Pod(netns);
     for ip in &result.ips {
         let addr = ip.address;
-        k.add_address(pod, index, addr).map_err(|e| {
-            Error::kernel(format!("adding address {addr} to {ifname} in the pod"), e)
-        })?;
+        k.add_address(pod, index, addr)
+            .kernel_ctx(|| format!("adding address {addr} to {ifname} in the pod"))?;
         plan.on_undo("address", move || {
             k.del_address(pod, index, addr)
-                .map_err(|e| Error::kernel(format!("removing address {addr}"), e))
+                .kernel_ctx(|| format!("removing address {addr}"))
         });
     }
     plan.checkpoint("addresses")?;
@@ -35,10 +35,10 @@ pub fn configure_pod_interface<'a>(
         ..Default::default()
     };
     k.set_link(pod, index, &up(true))
-        .map_err(|e| Error::kernel(format!("setting {ifname} up in the pod"), e))?;
+        .kernel_ctx(|| format!("setting {ifname} up in the pod"))?;
     plan.on_undo("up", move || {
         k.set_link(pod, index, &up(false))
-            .map_err(|e| Error::kernel("setting the interface down", e))
+            .kernel_ctx(|| "setting the interface down")
     });
     plan.checkpoint("up")?;
 
@@ -52,19 +52,16 @@ pub fn configure_pod_interface<'a>(
             table: route.table,
             scope: route.scope,
         };
-        k.add_route(pod, &spec).map_err(|e| {
-            Error::kernel(
-                format!(
-                    "adding route {}{} on {ifname} in the pod",
-                    route.dst,
-                    route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
-                ),
-                e,
+        k.add_route(pod, &spec).kernel_ctx(|| {
+            format!(
+                "adding route {}{} on {ifname} in the pod",
+                route.dst,
+                route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
             )
         })?;
         plan.on_undo("route", move || {
             k.del_route(pod, &spec)
-                .map_err(|e| Error::kernel(format!("removing route {}", spec.dst), e))
+                .kernel_ctx(|| format!("removing route {}", spec.dst))
         });
     }
     plan.checkpoint("routes")

@@ -7,6 +7,7 @@ use crate::attach::state::{self, Attachment};
 use crate::attach::Ctx;
 use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::Request;
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::sysfs::SysRoot;
@@ -40,7 +41,7 @@ pub fn check_subject(ctx: &Ctx<'_>, req: &Request) -> Result<(state::Attachment,
 pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<crate::kernel::Link> {
     ctx.kernel
         .link_by_name(crate::kernel::Ns::Pod(ns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?
         .ok_or_else(|| {
             Error::CheckFailed(format!(
                 "{} is missing from the pod netns {}",
@@ -67,7 +68,7 @@ pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Resu
     let pod = Ns::Pod(ns);
     let index = rdma
         .device_index(pod, &rec.ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e))?
+        .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?
         .ok_or_else(|| {
             Error::CheckFailed(format!(
                 "ib device {} is not visible in the pod netns",
@@ -76,7 +77,7 @@ pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Resu
         })?;
     let state = rdma
         .port_state(pod, index, rec.port)
-        .map_err(|e| Error::kernel(format!("reading port {} of {}", rec.port, rec.ibdev), e))?;
+        .kernel_ctx(|| format!("reading port {} of {}", rec.port, rec.ibdev))?;
     if state != Some(4) {
         return Err(Error::CheckFailed(format!(
             "port {} of ib device {} is not ACTIVE (state {:?}; 4 is ACTIVE): check the cable and \
@@ -99,7 +100,7 @@ pub fn check_prev_addresses(
     };
     let have = kernel
         .addresses(Ns::Pod(ns), link.index)
-        .map_err(|e| Error::kernel(format!("reading addresses of {}", req.env.ifname), e))?;
+        .kernel_ctx(|| format!("reading addresses of {}", req.env.ifname))?;
     for ip in prev_ips_for(prev, &req.env.ifname) {
         if !have.contains(&ip.address) {
             return Err(Error::CheckFailed(format!(

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::rdma_nl::NetnsMode;
@@ -81,7 +82,7 @@ pub fn plan_ib_move(
         })?;
     let index = rdma
         .device_index(Ns::Host, &port.ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {}", port.ibdev), e))?
+        .kernel_ctx(|| format!("looking up ib device {}", port.ibdev))?
         .ok_or_else(|| {
             Error::DeviceInUse(format!(
                 "ib device {} of {} is not in the host netns (exclusive mode shows a device only \
@@ -106,7 +107,7 @@ pub fn plan_ib_move(
 fn moves_ib_devices(rdma: &dyn RdmaOps, conf: RdmaConf, netdev: &Link) -> Result<bool> {
     let mode = rdma
         .netns_mode()
-        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
+        .kernel_ctx(|| "reading the RDMA subsystem's netns mode")?;
     match (mode, conf) {
         (Some(NetnsMode::Exclusive), _) => Ok(true),
         (_, RdmaConf::Auto) | (_, RdmaConf::Off) => Ok(false),
@@ -211,7 +212,7 @@ pub fn find_ipoib_netdev(k: &dyn NetOps, ns: Ns<'_>, hwaddr: &str) -> Result<Opt
     }
     let links = k
         .links(ns)
-        .map_err(|e| Error::kernel(format!("listing links in {ns} to find the IPoIB netdev"), e))?;
+        .kernel_ctx(|| format!("listing links in {ns} to find the IPoIB netdev"))?;
     Ok(links
         .into_iter()
         .find(|l| l.hwaddr.len() == 20 && l.hwaddr[4..] == want[4..]))
@@ -233,14 +234,11 @@ pub fn rename_ipoib(
     if change.name.is_none() && change.mtu.is_none() {
         return Ok(());
     }
-    k.set_link(ns, link.index, &change).map_err(|e| {
-        Error::kernel(
-            format!(
-                "renaming the IPoIB netdev {} ({}) to {name} in {ns}",
-                link.name,
-                format_hwaddr(&link.hwaddr)
-            ),
-            e,
+    k.set_link(ns, link.index, &change).kernel_ctx(|| {
+        format!(
+            "renaming the IPoIB netdev {} ({}) to {name} in {ns}",
+            link.name,
+            format_hwaddr(&link.hwaddr)
         )
     })
 }

@@ -4,6 +4,7 @@
 //! device is one sysfs directory listing plus one RTM_GETLINK per netdev found. Only `hwaddr`
 //! needs a dump of every link, because the kernel has no lookup by address.
 
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{format_hwaddr, Link, NetOps, Ns};
@@ -194,9 +195,10 @@ fn links_named(kernel: &dyn NetOps, selector: &Selector, names: Vec<String>) -> 
     for name in &names {
         // The host's /sys lists only host-netns netdevs, so each name is in the host netns; a
         // race with a concurrent move makes the lookup come back empty, which is "not found".
-        if let Some(l) = kernel.link_by_name(Ns::Host, name).map_err(|e| {
-            Error::kernel(format!("looking up {name} for {}", selector.describe()), e)
-        })? {
+        if let Some(l) = kernel
+            .link_by_name(Ns::Host, name)
+            .kernel_ctx(|| format!("looking up {name} for {}", selector.describe()))?
+        {
             links.push(l);
         }
     }

@@ -16,6 +16,7 @@ use crate::attach::state::{Attachment, HostDevice, Phase};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::rdma_nl::NetnsMode;
@@ -49,7 +50,7 @@ fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
     let link = ctx
         .kernel
         .link_by_name(Ns::Pod(netns), &req.env.ifname)
-        .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+        .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?
         .ok_or_else(|| {
             Error::DeviceNotFound(format!(
                 "{} is not in the pod netns {}: the previous plugin in the chain should have put \
@@ -110,7 +111,7 @@ fn require_exclusive_netns_mode(ctx: &Ctx<'_>) -> Result<()> {
     match ctx
         .rdma
         .netns_mode()
-        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?
+        .kernel_ctx(|| "reading the RDMA subsystem's netns mode")?
     {
         Some(NetnsMode::Exclusive) => Ok(()),
         other => Err(Error::RdmaUnavailable(format!(
@@ -156,7 +157,7 @@ fn ib_device_of_function(ctx: &Ctx<'_>, bdf: &str) -> Result<RdmaRecord> {
     let index = ctx
         .rdma
         .device_index(Ns::Host, &ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {ibdev}"), e))?
+        .kernel_ctx(|| format!("looking up ib device {ibdev}"))?
         .ok_or_else(|| Error::DeviceInUse(format!("ib device {ibdev} is not in the host netns")))?;
     Ok(RdmaRecord {
         ibdev,
@@ -256,7 +257,7 @@ pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<
     let index = ctx
         .rdma
         .device_index(pod, &rec.ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e))?;
+        .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?;
     match index {
         Some(index) => ctx
             .rdma

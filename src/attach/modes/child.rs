@@ -19,6 +19,7 @@ use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_nl::NetnsMode;
 use crate::kernel::{
@@ -89,7 +90,7 @@ fn refuse_exclusive_netns_mode(ctx: &Ctx<'_>, pc: &PluginConf, parent: &Link) ->
     let mode = ctx
         .rdma
         .netns_mode()
-        .map_err(|e| Error::kernel("reading the RDMA subsystem's netns mode", e))?;
+        .kernel_ctx(|| "reading the RDMA subsystem's netns mode")?;
     if mode != Some(NetnsMode::Exclusive) {
         return Ok(());
     }
@@ -326,7 +327,7 @@ impl<'a> ChildAdd<'a> {
         if let Some(existing) = ctx
             .kernel
             .link_by_name(Ns::Pod(netns), &req.env.ifname)
-            .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+            .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?
         {
             return Err(taken(netns, &req.env.ifname, Some(existing.index)));
         }
@@ -457,12 +458,7 @@ impl<'a> ChildAdd<'a> {
         })?;
         let link = k
             .link_by_name(pod, &req.env.ifname)
-            .map_err(|e| {
-                Error::kernel(
-                    format!("looking up the new {} in the pod", req.env.ifname),
-                    e,
-                )
-            })?
+            .kernel_ctx(|| format!("looking up the new {} in the pod", req.env.ifname))?
             .ok_or_else(|| {
                 Error::DeviceNotFound(format!(
                     "{} was created but is not in the pod netns",
@@ -472,7 +468,7 @@ impl<'a> ChildAdd<'a> {
         let index = link.index;
         plan.on_undo("create", move || {
             k.delete_link(pod, index)
-                .map_err(|e| Error::kernel("deleting the child interface", e))
+                .kernel_ctx(|| "deleting the child interface")
         });
         // A kill here, before the record below, must still leave DEL able to find the child: the
         // intent already names it (macvlan: its address; IPoIB: kind, parent and name).
@@ -505,9 +501,7 @@ impl<'a> ChildAdd<'a> {
                             ..Default::default()
                         },
                     )
-                    .map_err(|e| {
-                        Error::kernel(format!("setting MTU {mtu} on {}", self.req.env.ifname), e)
-                    })?;
+                    .kernel_ctx(|| format!("setting MTU {mtu} on {}", self.req.env.ifname))?;
                 link.mtu = mtu;
             }
         }
@@ -612,7 +606,7 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
         if let Some(link) = found {
             return kernel
                 .delete_link(pod, link.index)
-                .map_err(|e| Error::kernel(format!("deleting {} from the pod", att.ifname), e));
+                .kernel_ctx(|| format!("deleting {} from the pod", att.ifname));
         }
     }
     // Refunded to the host (IPoIB), maybe renamed dev<ifindex>: match the recorded identity.
@@ -648,13 +642,10 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
         found = candidates.pop();
     }
     match found {
-        Some(link) => kernel.delete_link(Ns::Host, link.index).map_err(|e| {
-            Error::kernel(
-                format!(
-                    "deleting {} (returned to the host as {})",
-                    att.ifname, link.name
-                ),
-                e,
+        Some(link) => kernel.delete_link(Ns::Host, link.index).kernel_ctx(|| {
+            format!(
+                "deleting {} (returned to the host as {})",
+                att.ifname, link.name
             )
         }),
         None => Ok(()),

@@ -20,6 +20,7 @@ use crate::attach::state::{Attachment, HostDevice};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
+use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::sysfs::SysRoot;
@@ -90,7 +91,7 @@ impl<'a> MoveAdd<'a> {
         let dev = ctx
             .kernel
             .link_by_index(Ns::Host, found.index)
-            .map_err(|e| Error::kernel(format!("re-reading {}", found.name), e))?
+            .kernel_ctx(|| format!("re-reading {}", found.name))?
             .filter(|l| l.hwaddr == found.hwaddr)
             .ok_or_else(|| {
                 Error::DeviceInUse(format!(
@@ -105,7 +106,7 @@ impl<'a> MoveAdd<'a> {
         if let Some(existing) = ctx
             .kernel
             .link_by_name(Ns::Pod(netns), &req.env.ifname)
-            .map_err(|e| Error::kernel(format!("looking up {} in the pod", req.env.ifname), e))?
+            .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?
         {
             return Err(Error::IfnameTaken(format!(
                 "the pod netns {} already has an interface named {} (ifindex {}); nothing was \
@@ -118,7 +119,7 @@ impl<'a> MoveAdd<'a> {
         let host_addresses = ctx
             .kernel
             .addresses(Ns::Host, dev.index)
-            .map_err(|e| Error::kernel(format!("reading addresses of {}", dev.name), e))?;
+            .kernel_ctx(|| format!("reading addresses of {}", dev.name))?;
         let host = HostDevice {
             name: dev.name.clone(),
             ifindex: dev.index,
@@ -297,15 +298,12 @@ impl<'a> MoveAdd<'a> {
             let name = ifname.clone();
             plan.on_undo("move", move || undo_move(k, netns, &host, &name, &addrs));
         }
-        moved.map_err(|e| {
-            Error::kernel(
-                format!(
-                    "moving {} into the pod netns {} as {}",
-                    dev.name,
-                    netns.path().display(),
-                    ifname
-                ),
-                e,
+        moved.kernel_ctx(|| {
+            format!(
+                "moving {} into the pod netns {} as {}",
+                dev.name,
+                netns.path().display(),
+                ifname
             )
         })?;
         plan.checkpoint("move")
@@ -318,7 +316,7 @@ impl<'a> MoveAdd<'a> {
             .ctx
             .kernel
             .link_by_name(Ns::Pod(self.netns), ifname)
-            .map_err(|e| Error::kernel(format!("looking up {ifname} in the pod"), e))?
+            .kernel_ctx(|| format!("looking up {ifname} in the pod"))?
             .filter(|l| same_hwaddr(&l.hwaddr, &self.dev.hwaddr))
             .ok_or_else(|| {
                 Error::DeviceNotFound(format!(
@@ -382,9 +380,9 @@ fn return_ib_device(
 ) -> Result<()> {
     if let Some(ns) = netns {
         let pod = Ns::Pod(ns);
-        let index = rdma.device_index(pod, &rec.ibdev).map_err(|e| {
-            Error::kernel(format!("looking up ib device {} in the pod", rec.ibdev), e)
-        })?;
+        let index = rdma
+            .device_index(pod, &rec.ibdev)
+            .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?;
         if let Some(index) = index {
             rdma.move_device(pod, index, Ns::Host)
                 .map_err(|e| ib_device::move_error(rec, "back to the host netns", e))?;
@@ -392,7 +390,7 @@ fn return_ib_device(
     }
     if rdma
         .device_index(Ns::Host, &rec.ibdev)
-        .map_err(|e| Error::kernel(format!("looking up ib device {} in the host", rec.ibdev), e))?
+        .kernel_ctx(|| format!("looking up ib device {} in the host", rec.ibdev))?
         .is_none()
     {
         crate::log::warn(&format!(
@@ -593,12 +591,7 @@ fn move_back_to_host(
     if link.altnames.iter().any(|a| a == &host.name) {
         kernel
             .del_altname(pod, link.index, &host.name)
-            .map_err(|e| {
-                Error::kernel(
-                    format!("dropping altname {} of {}", host.name, link.name),
-                    e,
-                )
-            })?;
+            .kernel_ctx(|| format!("dropping altname {} of {}", host.name, link.name))?;
     }
     let change = |name: &str| LinkChange {
         netns: Some(Ns::Host),
@@ -611,7 +604,7 @@ fn move_back_to_host(
         return kernel
             .set_link(pod, link.index, &change(&planted))
             .map(|()| link.index)
-            .map_err(|e| Error::kernel(format!("moving {} back (planted fault)", link.name), e));
+            .kernel_ctx(|| format!("moving {} back (planted fault)", link.name));
     }
     match kernel.set_link(pod, link.index, &change(&host.name)) {
         Ok(()) => Ok(link.index),
@@ -640,12 +633,9 @@ fn move_back_to_host(
                 ),
                 None => (pod, change(&fallback)),
             };
-            kernel.set_link(ns, link.index, &request).map_err(|e| {
-                Error::kernel(
-                    format!("moving {} back to the host as {fallback}", link.name),
-                    e,
-                )
-            })?;
+            kernel
+                .set_link(ns, link.index, &request)
+                .kernel_ctx(|| format!("moving {} back to the host as {fallback}", link.name))?;
             Err(Error::DeviceInUse(format!(
                 "{} is back in the host as {fallback}: its original name {} is taken by {holder}; \
                  rename one of them",
@@ -680,7 +670,7 @@ fn restore_host_setup(
                     ..Default::default()
                 },
             )
-            .map_err(|e| Error::kernel(format!("setting {} up again", host.name), e))?;
+            .kernel_ctx(|| format!("setting {} up again", host.name))?;
     }
     for a in addrs {
         match kernel.add_address(Ns::Host, index, *a) {
@@ -712,19 +702,11 @@ fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> 
     if link.altnames.iter().any(|a| a == &host.name) {
         kernel
             .del_altname(Ns::Host, link.index, &host.name)
-            .map_err(|e| {
-                Error::kernel(
-                    format!("dropping altname {} of {}", host.name, link.name),
-                    e,
-                )
-            })?;
+            .kernel_ctx(|| format!("dropping altname {} of {}", host.name, link.name))?;
     }
-    kernel.set_link(Ns::Host, link.index, &change).map_err(|e| {
-        Error::kernel(
-            format!("renaming {} back to {} in the host", link.name, host.name),
-            e,
-        )
-    })
+    kernel
+        .set_link(Ns::Host, link.index, &change)
+        .kernel_ctx(|| format!("renaming {} back to {} in the host", link.name, host.name))
 }
 
 /// CHECK: the interface is in the pod with the recorded identity, MTU and prevResult's
