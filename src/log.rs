@@ -136,6 +136,37 @@ fn timestamp() -> String {
     format!("{}.{:06}", now.as_secs(), now.subsec_micros())
 }
 
+/// `log_info!("...", args)` and friends format their message only when the level is on: the
+/// plugin logs on its hot path, where the default level (warn) drops most lines.
+#[macro_export]
+macro_rules! log_at {
+    ($level:expr, $($arg:tt)*) => {
+        if $crate::log::enabled($level) {
+            $crate::log::log($level, &format!($($arg)*))
+        }
+    };
+}
+
+#[macro_export]
+macro_rules! log_error {
+    ($($arg:tt)*) => { $crate::log_at!($crate::log::Level::Error, $($arg)*) };
+}
+
+#[macro_export]
+macro_rules! log_warn {
+    ($($arg:tt)*) => { $crate::log_at!($crate::log::Level::Warn, $($arg)*) };
+}
+
+#[macro_export]
+macro_rules! log_info {
+    ($($arg:tt)*) => { $crate::log_at!($crate::log::Level::Info, $($arg)*) };
+}
+
+#[macro_export]
+macro_rules! log_debug {
+    ($($arg:tt)*) => { $crate::log_at!($crate::log::Level::Debug, $($arg)*) };
+}
+
 pub fn error(msg: &str) {
     log(Level::Error, msg)
 }

@@ -258,11 +258,11 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
     }
     match (static_selector(conf)?, id) {
         (Some(s), Some(id)) => {
-            crate::log::info(&format!(
+            crate::log_info!(
                 "{}; selecting the device by {} instead",
                 id.not_a_selector(),
                 s.describe()
-            ));
+            );
             Ok(s)
         }
         (Some(s), None) => Ok(s),

@@ -282,11 +282,11 @@ pub fn write_device_info<'a>(
     let info = match (&att.host.pci, ib_devices) {
         (Some(pci), _) => for_pci(&RdmaSysfs::new(ctx.sys), pci)?,
         (None, []) => {
-            crate::log::info(&format!(
+            crate::log_info!(
                 "{}: no PCI function and no ib device, so no device-info file is written at {}",
                 att.host.name,
                 path.display()
-            ));
+            );
             return plan.checkpoint("device-info");
         }
         (None, ibdevs) => for_rdma_devices(ibdevs),

@@ -16,7 +16,7 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
         if keep {
             continue;
         }
-        crate::log::info(&format!("GC: releasing stale attachment {}", att.id()));
+        crate::log_info!("GC: releasing stale attachment {}", att.id());
         let outcome = ctx
             .store
             .lock_device(&att.device_key, lock_timeout)

@@ -64,7 +64,7 @@ pub fn add_beside_ipam<'a, T>(
             Ok(lock) => Some(lock),
             Err(e @ Error::TryAgainLater(_)) => return Err(e),
             Err(e) => {
-                crate::log::warn(&format!("IPAM runs without its lock: {e}"));
+                crate::log_warn!("IPAM runs without its lock: {e}");
                 None
             }
         };
@@ -175,10 +175,11 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
                 release_all(ctx, att, &mut errors);
                 plan::kill_point(ctx.fault.as_ref(), "del-published")?;
             }
-            None => crate::log::info(&format!(
+            None => crate::log_info!(
                 "DEL {}:{}: no attachment record; nothing to undo",
-                req.env.container_id, req.env.ifname
-            )),
+                req.env.container_id,
+                req.env.ifname
+            ),
         }
         if let Err(e) = ipam_del() {
             errors.push(e);
@@ -213,11 +214,11 @@ pub fn pod_netns(netns: Option<&std::path::Path>, att: &Attachment) -> Result<Op
         }
     };
     if recorded && att.netns_id.is_some() && state::NetnsId::of(&ns) != att.netns_id {
-        crate::log::info(&format!(
+        crate::log_info!(
             "{}: {} now names another netns than the pod's, which is gone",
             att.id(),
             path.display()
-        ));
+        );
         return Ok(None);
     }
     Ok(Some(ns))

@@ -349,13 +349,13 @@ pub fn plan(
         let (old_mode, old_gid) = match others.iter().find(|o| o.path == path && o.rdev == rdev) {
             Some(o) => {
                 if o.new_mode != new_mode || o.new_gid != new_gid {
-                    crate::log::warn(&format!(
+                    crate::log_warn!(
                         "{}: another attachment set mode {:04o} group {}; this one sets mode \
                          {new_mode:04o} group {new_gid}, which wins until it is released",
                         path.display(),
                         o.new_mode,
                         o.new_gid
-                    ));
+                    );
                 }
                 (o.old_mode, o.old_gid)
             }
@@ -389,14 +389,14 @@ pub fn apply(changes: &[PermChange]) -> Result<()> {
             )));
         }
         set_mode_gid(&file, &c.path, &md, c.new_mode, c.new_gid)?;
-        crate::log::info(&format!(
+        crate::log_info!(
             "{}: mode {:04o} -> {:04o}, gid {} -> {}",
             c.path.display(),
             md.mode() & 0o7777,
             c.new_mode,
             md.gid(),
             c.new_gid
-        ));
+        );
     }
     Ok(())
 }
@@ -409,16 +409,16 @@ pub fn restore(changes: &[PermChange], still_used: impl Fn(&PermChange) -> bool)
     let mut errors = Vec::new();
     for c in changes {
         if still_used(c) {
-            crate::log::info(&format!(
+            crate::log_info!(
                 "{}: still used by another attachment; its permissions stay",
                 c.path.display()
-            ));
+            );
             continue;
         }
         let (file, md) = match open_node_io(&c.path) {
             Ok(found) => found,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                crate::log::info(&format!("{}: gone; nothing to restore", c.path.display()));
+                crate::log_info!("{}: gone; nothing to restore", c.path.display());
                 continue;
             }
             Err(e) => {
@@ -430,21 +430,21 @@ pub fn restore(changes: &[PermChange], still_used: impl Fn(&PermChange) -> bool)
             }
         };
         if let Some(found) = mismatch(&md, c.rdev) {
-            crate::log::warn(&format!(
+            crate::log_warn!(
                 "{}: now {found}, not char device {}:{} as changed (replaced since); left alone",
                 c.path.display(),
                 c.rdev.0,
                 c.rdev.1
-            ));
+            );
             continue;
         }
         match set_mode_gid(&file, &c.path, &md, c.old_mode, c.old_gid) {
-            Ok(()) => crate::log::info(&format!(
+            Ok(()) => crate::log_info!(
                 "{}: restored mode {:04o}, gid {}",
                 c.path.display(),
                 c.old_mode,
                 c.old_gid
-            )),
+            ),
             Err(e) => errors.push(e),
         }
     }

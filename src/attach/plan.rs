@@ -33,7 +33,7 @@ impl Fault {
 /// Stops this invocation at `step` when `fault` says to kill it there; the error is what a
 /// simulated kill leaves its caller (nothing may run after it).
 pub fn kill_point(fault: Option<&Fault>, step: &str) -> Result<()> {
-    crate::log::debug(&format!("step {step} done"));
+    crate::log_debug!("step {step} done");
     #[cfg(test)]
     VISITED.with(|v| v.borrow_mut().push(step.to_string()));
     match fault {
@@ -105,9 +105,9 @@ impl<'a> Plan<'a> {
         }
         let mut undo_errors = Vec::new();
         for (step, undo) in self.undo.into_iter().rev() {
-            crate::log::info(&format!("undo {step}"));
+            crate::log_info!("undo {step}");
             if let Err(e) = undo() {
-                crate::log::error(&format!("undo of {step} failed: {e}"));
+                crate::log_error!("undo of {step} failed: {e}");
                 undo_errors.push(e);
             }
         }

@@ -15,9 +15,8 @@
 //! - the final state ("ready", with the pod ifindex, MTU and IPAM result), appended when ADD
 //!   completes, without fsync. If a crash loses or tears that line, the intent line before it
 //!   still reads, and DEL/GC work from it (they only need what the intent holds; the pod
-//!   ifindex saves one lookup by name, the MTU serves CHECK). Syncing it too cost two more
-//!   fsyncs per ADD (file and directory, 0.5 to 1 ms on the benchmark machine) for no gain in
-//!   what survives a crash.
+//!   ifindex saves one lookup by name, the MTU serves CHECK). Syncing it too would cost two more
+//!   fsyncs per ADD (file and directory) for no gain in what survives a crash.
 //!
 //! Records written by earlier versions (one pretty-printed document) read as before.
 
@@ -557,10 +556,10 @@ fn private_dir(dir: &Path, follow: bool) -> Result<()> {
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
-        crate::log::warn(&format!(
+        crate::log_warn!(
             "state directory {} had mode {mode:04o}; narrowing it to 0700",
             dir.display()
-        ));
+        );
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| Error::io(format!("narrowing {} to 0700", dir.display()), e))?;
     }

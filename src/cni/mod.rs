@@ -65,7 +65,7 @@ pub fn run(plugin: &dyn Plugin) -> i32 {
         }
         Ok(None) => 0,
         Err((cni_version, err)) => {
-            crate::log::error(&format!("{err}"));
+            crate::log_error!("{err}");
             let _ = writeln!(out, "{}", wire::error_json(&cni_version, &err));
             1
         }
@@ -93,10 +93,13 @@ pub fn dispatch(
     let fail = |e: Error| (reply_version.clone(), e);
     let env = raw_env.validate(command).map_err(fail)?;
     let req = Request { env, conf, stdin };
-    crate::log::debug(&format!(
+    crate::log_debug!(
         "{:?} container={} ifname={} netns={:?}",
-        req.env.command, req.env.container_id, req.env.ifname, req.env.netns
-    ));
+        req.env.command,
+        req.env.container_id,
+        req.env.ifname,
+        req.env.netns
+    );
     match command {
         Command::Add => {
             let result = plugin.add(&req).map_err(fail)?;

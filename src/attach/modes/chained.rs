@@ -39,12 +39,12 @@ fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
                     ),
                 })
             }
-            None => crate::log::info(&format!(
+            None => crate::log_info!(
                 "{}: {}; the ib device is found from {} in the pod instead",
                 req.env.ifname,
                 id.not_a_selector(),
                 req.env.ifname
-            )),
+            ),
         }
     }
     let link = ctx

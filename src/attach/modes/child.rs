@@ -52,11 +52,11 @@ pub struct ChildPlan {
 fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
     let (selectors, opaque) = crate::attach::config::parent_selectors(&req.conf)?;
     if let Some(id) = &opaque {
-        crate::log::info(&format!(
+        crate::log_info!(
             "{}: {}; it selects nothing here, the parent comes from master or rdmaDevice",
             req.env.ifname,
             id.not_a_selector()
-        ));
+        );
     }
     if selectors.is_empty() {
         return Err(Error::config(
@@ -331,7 +331,7 @@ impl<'a> ChildAdd<'a> {
         {
             return Err(taken(netns, &req.env.ifname, Some(existing.index)));
         }
-        crate::log::info(&format!("{}: {}", req.env.ifname, child.summary));
+        crate::log_info!("{}: {}", req.env.ifname, child.summary);
         let device_key = format!(
             "child-{}-{}-{}",
             req.conf.name, req.env.container_id, req.env.ifname
@@ -530,10 +530,14 @@ impl<'a> ChildAdd<'a> {
             )?;
             self.att.gid_view = Some(gids::GidView::Host);
             for g in &self.att.gids {
-                crate::log::info(&format!(
+                crate::log_info!(
                     "{ifname}: {} has GID index {} ({}) on {} port {}",
-                    g.ip, g.index, g.gid_type, g.ibdev, g.port
-                ));
+                    g.ip,
+                    g.index,
+                    g.gid_type,
+                    g.ibdev,
+                    g.port
+                );
             }
         }
         plan.checkpoint("gids")

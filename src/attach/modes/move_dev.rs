@@ -1,9 +1,9 @@
 //! Mode `move`: an existing host netdev (RoCE PF/VF/SF netdev, IPoIB netdev) moves into the pod.
 //!
 //! ADD steps, each with its undo: intent record → one RTM_NEWLINK that moves, renames and sets
-//! the MTU (a netns move costs 12–23 ms: it is done once per direction), with IPAM ADD running
-//! beside these two → addresses → up → routes → final record. DEL brings the device back under its original name
-//! and MTU, admin down, also when the pod netns is gone.
+//! the MTU (a netns move is the costly kernel operation: it is done once per direction), with
+//! IPAM ADD running beside these two → addresses → up → routes → final record. DEL brings the
+//! device back under its original name and MTU, admin down, also when the pod netns is gone.
 
 use crate::attach::check::{check_gids, check_ib_device, check_prev_addresses};
 use std::path::Path;
@@ -51,10 +51,12 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     match add.run(&mut plan) {
         Ok(result) => {
             plan.commit();
-            crate::log::info(&format!(
+            crate::log_info!(
                 "moved {} into {} as {}",
-                add.att.host.name, add.att.netns, add.att.ifname
-            ));
+                add.att.host.name,
+                add.att.netns,
+                add.att.ifname
+            );
             Ok(result)
         }
         Err(e) => Err(plan.rollback(e)),
@@ -345,19 +347,24 @@ impl<'a> MoveAdd<'a> {
                     .iter()
                     .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
                 {
-                    crate::log::warn(&format!(
+                    crate::log_warn!(
                         "{ifname}: the ib device(s) {roce_ports:?} went away when the netdev \
                          moved (software RoCE does this); no GID to report"
-                    ));
+                    );
                     return Ok(Vec::new());
                 }
                 wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
             })?;
             for g in &found {
-                crate::log::info(&format!(
+                crate::log_info!(
                     "{}: {} has GID index {} ({}) on {} port {}",
-                    self.req.env.ifname, g.ip, g.index, g.gid_type, g.ibdev, g.port
-                ));
+                    self.req.env.ifname,
+                    g.ip,
+                    g.index,
+                    g.gid_type,
+                    g.ibdev,
+                    g.port
+                );
             }
             if found.is_empty() {
                 self.att.gid_view = None;
@@ -393,10 +400,10 @@ fn return_ib_device(
         .kernel_ctx(|| format!("looking up ib device {} in the host", rec.ibdev))?
         .is_none()
     {
-        crate::log::warn(&format!(
+        crate::log_warn!(
             "ib device {} is neither in the pod netns nor back in the host yet",
             rec.ibdev
-        ));
+        );
     }
     if rec.infiniband {
         if let Some(link) = ib_device::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)? {
@@ -499,11 +506,12 @@ pub fn release_device(
             host.name
         ))),
         None => {
-            crate::log::warn(&format!(
+            crate::log_warn!(
                 "{} ({}) is neither in the pod netns nor in the host: it was destroyed with its \
                  netns (virtual devices are) or removed; nothing to bring back",
-                host.name, host.hwaddr
-            ));
+                host.name,
+                host.hwaddr
+            );
             Ok(())
         }
     }
@@ -791,10 +799,12 @@ fn refuse_if_held(ctx: &Ctx<'_>, req: &Request, key: &str, dev: &Link) -> Result
                 dev.name, a.container_id, a.ifname, a.network, a.netns
             )));
         }
-        crate::log::warn(&format!(
+        crate::log_warn!(
             "{}: stale record of container {} (its netns {} is gone); taking the device over",
-            dev.name, a.container_id, a.netns
-        ));
+            dev.name,
+            a.container_id,
+            a.netns
+        );
     }
     Ok(())
 }
