@@ -64,6 +64,17 @@ pub fn open_netns(path: Option<&Path>) -> Result<Netns> {
     })
 }
 
+/// Where the RDMA char devices are: `/dev/infiniband`. Debug builds let tests point it at a
+/// scratch dir with `RDMA_NS_DEV_DIR`; release builds never read it, since it would redirect the
+/// root plugin's chmod/chown.
+fn dev_dir() -> std::path::PathBuf {
+    #[cfg(debug_assertions)]
+    if let Some(dir) = std::env::var_os("RDMA_NS_DEV_DIR").filter(|v| !v.is_empty()) {
+        return dir.into();
+    }
+    permissions::DEFAULT_DEV_DIR.into()
+}
+
 /// The CNI plugin: parses this plugin's conf, builds the real kernel context, runs the mode.
 #[derive(Default)]
 pub struct RdmaNs;
@@ -78,10 +89,7 @@ impl RdmaNs {
         let kernel = RealKernel::new()
             .map_err(|e| Error::io("opening an rtnetlink socket in the host netns", e))?;
         let sys = SysRoot::from_env();
-        let dev_dir = std::env::var_os("RDMA_NS_DEV_DIR")
-            .filter(|v| !v.is_empty())
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| permissions::DEFAULT_DEV_DIR.into());
+        let dev_dir = dev_dir();
         let store = Store::new(&pc.data_dir);
         let ctx = Ctx {
             kernel: &kernel,

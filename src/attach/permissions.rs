@@ -580,17 +580,26 @@ fn set_mode_gid(file: &File, path: &Path, md: &Metadata, mode: u32, gid: u32) ->
 
 /// The permission changes recorded by every other attachment on this node: a node they changed
 /// is restored only when the last of them is released (rdma_cm is node-wide).
-fn others(ctx: &Ctx<'_>, att: &Attachment) -> Vec<PermChange> {
-    ctx.store
-        .list_all()
-        .into_iter()
-        .filter(|a| {
-            !(a.network == att.network
-                && a.container_id == att.container_id
-                && a.ifname == att.ifname)
-        })
-        .flat_map(|a| a.perm_changes)
-        .collect()
+fn others(ctx: &Ctx<'_>, att: &Attachment) -> Others {
+    let (all, unreadable) = ctx.store.list_all();
+    Others {
+        changes: all
+            .into_iter()
+            .filter(|a| {
+                !(a.network == att.network
+                    && a.container_id == att.container_id
+                    && a.ifname == att.ifname)
+            })
+            .flat_map(|a| a.perm_changes)
+            .collect(),
+        unreadable,
+    }
+}
+
+/// What the other attachments of the node changed, and the records that could not be read.
+struct Others {
+    changes: Vec<PermChange>,
+    unreadable: Vec<Error>,
 }
 
 /// Step `devperm`: sets mode/group of the char devices of `ibdevs` (and rdma_cm) per conf
@@ -620,7 +629,11 @@ pub fn apply_permissions<'a>(
         .lock_device(LOCK_KEY, std::time::Duration::from_secs(10))?;
     let names: Vec<&str> = ibdevs.iter().map(String::as_str).collect();
     let devs = char_devs_for(&RdmaSysfs::new(ctx.sys), &names, &perms)?;
-    let changes = self::plan(ctx.dev_dir, &devs, &perms, &others(ctx, att))?;
+    let others = others(ctx, att);
+    for e in &others.unreadable {
+        crate::log_warn!("planning device permissions without an unreadable record: {e}");
+    }
+    let changes = self::plan(ctx.dev_dir, &devs, &perms, &others.changes)?;
     att.perm_changes = changes.clone();
     ctx.store.save(att)?;
     let applied = apply(&changes);
@@ -640,7 +653,19 @@ pub fn release_permissions(ctx: &Ctx<'_>, att: &Attachment) -> Result<()> {
         .store
         .lock_device(LOCK_KEY, std::time::Duration::from_secs(10))?;
     let others = others(ctx, att);
-    restore(&att.perm_changes, used_by(&others))
+    if !others.unreadable.is_empty() {
+        // A record that cannot be read may be a live attachment's that changed these very nodes:
+        // restoring them now could take a running pod's access away. Counted as held.
+        for e in &others.unreadable {
+            crate::log_warn!(
+                "keeping the device permissions of {}: another record is unreadable ({e}); fix or \
+                 remove it, then the last attachment's DEL restores them",
+                att.id()
+            );
+        }
+        return Ok(());
+    }
+    restore(&att.perm_changes, used_by(&others.changes))
 }
 
 #[cfg(test)]

@@ -405,22 +405,34 @@ impl Store {
         Ok((found, errors))
     }
 
-    /// Every attachment of every network (to find who holds a device).
-    pub fn list_all(&self) -> Vec<Attachment> {
+    /// Every attachment of every network (to find who holds a device), and the records that
+    /// could not be read: a caller deciding what no one holds must count those as holding
+    /// anything.
+    pub fn list_all(&self) -> (Vec<Attachment>, Vec<Error>) {
         let mut all = Vec::new();
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return all;
+        let mut unreadable = Vec::new();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return (all, unreadable),
+            Err(e) => {
+                unreadable.push(Error::io(format!("listing {}", self.dir.display()), e));
+                return (all, unreadable);
+            }
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name == "locks" || !entry.path().is_dir() {
                 continue;
             }
-            if let Ok((atts, _)) = self.list(&name) {
-                all.extend(atts);
+            match self.list(&name) {
+                Ok((atts, errors)) => {
+                    all.extend(atts);
+                    unreadable.extend(errors);
+                }
+                Err(e) => unreadable.push(e),
             }
         }
-        all
+        (all, unreadable)
     }
 
     /// Checks the data dir is writable: creates and removes a probe file.
@@ -454,7 +466,9 @@ impl Store {
         let mut pause = Duration::from_millis(1);
         loop {
             // LOCK_NB + bounded polling instead of a blocking flock: a stuck holder must turn into
-            // "try again later" for the runtime, never into a hung pod start.
+            // "try again later" for the runtime, never into a hung pod start. Not nix's `Flock`:
+            // it unlocks (LOCK_UN) on drop, which would also release the lock an IPAM plugin
+            // inherited (`inherit_by_children`); closing the fd drops only this reference.
             let rc = unsafe {
                 nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB)
             };
@@ -838,7 +852,7 @@ mod tests {
         let (all, errs) = store.list("rdma-net").unwrap();
         assert_eq!(all.len(), 1);
         assert!(errs.is_empty());
-        assert_eq!(store.list_all().len(), 1);
+        assert_eq!(store.list_all().0.len(), 1);
         store.remove("rdma-net", "abc123", "net1").unwrap();
         store.remove("rdma-net", "abc123", "net1").unwrap();
         assert!(store.load("rdma-net", "abc123", "net1").unwrap().is_none());

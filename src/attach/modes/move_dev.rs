@@ -755,7 +755,7 @@ fn explain_held(
     not_found: Error,
 ) -> Error {
     use crate::attach::select::Selector;
-    let holder = ctx.store.list_all().into_iter().find(|a| {
+    let holder = ctx.store.list_all().0.into_iter().find(|a| {
         let same_attachment = a.network == req.conf.name
             && a.container_id == req.env.container_id
             && a.ifname == req.env.ifname;
@@ -764,7 +764,10 @@ fn explain_held(
                 Selector::Name { name, .. } => &a.host.name == name,
                 Selector::HwAddr(h) => a.host.hwaddr == format_hwaddr(h),
                 Selector::Pci { address, .. } => a.host.pci.as_deref() == Some(address),
-                _ => false,
+                Selector::IbDevice(ibdev) => a.rdma.as_ref().is_some_and(|r| &r.ibdev == ibdev),
+                // Records keep no kernelpath or auxiliary device name of the netdev they hold,
+                // so these selectors cannot name a holder; the plain "not found" stands.
+                Selector::KernelPath(_) | Selector::Aux { .. } => false,
             }
     });
     match holder {
@@ -785,7 +788,7 @@ fn explain_held(
 /// ADD found the device in the host: refuse it if another attachment's record claims it and that
 /// attachment's pod netns still exists.
 fn refuse_if_held(ctx: &Ctx<'_>, req: &Request, key: &str, dev: &Link) -> Result<()> {
-    for a in ctx.store.list_all() {
+    for a in ctx.store.list_all().0 {
         let same_attachment = a.network == req.conf.name
             && a.container_id == req.env.container_id
             && a.ifname == req.env.ifname;

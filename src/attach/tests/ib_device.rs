@@ -711,6 +711,17 @@ mod published {
         run(Command::Add, Some("addresses")).unwrap_err();
         assert_eq!(mode_of(&uverbs), 0o666, "restored on rollback");
 
+        // An unreadable record might be a live attachment's that changed this node too: DEL
+        // keeps the node as it is rather than restore it under that pod.
+        run(Command::Add, None).unwrap();
+        let corrupt = w.store.dir().join("other-net/c1:net2.json");
+        std::fs::create_dir_all(corrupt.parent().unwrap()).unwrap();
+        std::fs::write(&corrupt, b"{torn").unwrap();
+        run(Command::Del, None).unwrap();
+        assert_eq!(mode_of(&uverbs), 0o600, "held while a record is unreadable");
+        std::fs::remove_file(&corrupt).unwrap();
+        std::fs::set_permissions(&uverbs, std::fs::Permissions::from_mode(0o666)).unwrap();
+
         std::fs::remove_file(&uverbs).unwrap();
         let err = run(Command::Add, None).unwrap_err();
         assert_eq!(err.code(), 111, "{err}");
