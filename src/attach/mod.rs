@@ -395,7 +395,7 @@ pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         refuse_own_netns(req.env.netns.as_deref())?;
-        self.with_ctx(req, |ctx, pc| match pc.mode {
+        self.with_ctx(req, |ctx, pc| match pc.mode.kind() {
             Mode::Move => move_dev::add(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::add(ctx, req, pc),
             Mode::Rdma => chain::add(ctx, req, pc),
@@ -403,7 +403,7 @@ impl Plugin for RdmaNs {
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| match pc.mode {
+        self.with_ctx(req, |ctx, pc| match pc.mode.kind() {
             Mode::Move => move_dev::del(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::del(ctx, req, pc),
             Mode::Rdma => chain::del(ctx, req, pc),
@@ -411,7 +411,7 @@ impl Plugin for RdmaNs {
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| match pc.mode {
+        self.with_ctx(req, |ctx, pc| match pc.mode.kind() {
             Mode::Move => move_dev::check(ctx, req, pc),
             Mode::Macvlan | Mode::Ipoib => child::check(ctx, req, pc),
             Mode::Rdma => chain::check(ctx, req, pc),
