@@ -137,49 +137,35 @@ struct VersionPeek {
     cni_version: Option<String>,
 }
 
-/// Where a result is read from: a delegated plugin's parsed output, or a prevResult's text.
-enum Source<'a> {
-    Value(&'a Value),
-    Text(&'a [u8]),
-}
-
-impl Source<'_> {
-    /// Paths in failures are relative to the result, which is named only when it is itself
-    /// the bad value.
-    fn decode<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, Failure> {
-        let decoded = match self {
-            Source::Value(v) => decode::from_value(v, ""),
-            Source::Text(t) => decode::from_slice(t, ""),
-        };
-        decoded.map_err(|f| match f {
-            Failure::Field { path, msg } if path.is_empty() => Failure::Field {
-                path: "result".into(),
-                msg,
-            },
-            other => other,
-        })
-    }
+/// Decodes a result's text. Paths in failures are relative to the result, which is named only
+/// when it is itself the bad value.
+fn decode_result<T: serde::de::DeserializeOwned>(text: &[u8]) -> std::result::Result<T, Failure> {
+    decode::from_slice(text, "").map_err(|f| match f {
+        Failure::Field { path, msg } if path.is_empty() => Failure::Field {
+            path: "result".into(),
+            msg,
+        },
+        other => other,
+    })
 }
 
 impl CniResult {
     /// Reads a result in the version named by its own `cniVersion` field, or `version` when it
     /// has none (a prevResult inherits the conf's version).
     pub fn parse(value: &Value, version: &str) -> Result<CniResult> {
-        Self::read(Source::Value(value), version)
+        // Through text, so that each wire type is decoded by one deserializer only: the binary
+        // stays small, and every exec of the plugin maps its pages.
+        Self::from_json(value.to_string().as_bytes(), version)
     }
 
     /// [`CniResult::parse`] from JSON text.
     pub fn from_json(text: &[u8], version: &str) -> Result<CniResult> {
-        Self::read(Source::Text(text), version)
-    }
-
-    fn read(source: Source<'_>, version: &str) -> Result<CniResult> {
         let bad = |f: Failure| Error::decode("CNI result", f.joined());
-        let peek: VersionPeek = source.decode().map_err(bad)?;
+        let peek: VersionPeek = decode_result(text).map_err(bad)?;
         let parsed = match shape(peek.cni_version.as_deref().unwrap_or(version))? {
-            Shape::Legacy => source.decode::<ResultV0_4>().map_err(bad)?.into_model(),
-            Shape::V1_0 => source.decode::<ResultV1_0>().map_err(bad)?.into_model(),
-            Shape::V1_1 => source.decode::<ResultV1_1>().map_err(bad)?.into_model(),
+            Shape::Legacy => decode_result::<ResultV0_4>(text).map_err(bad)?.into_model(),
+            Shape::V1_0 => decode_result::<ResultV1_0>(text).map_err(bad)?.into_model(),
+            Shape::V1_1 => decode_result::<ResultV1_1>(text).map_err(bad)?.into_model(),
         };
         parsed.map_err(|msg| Error::decode("CNI result", msg))
     }
