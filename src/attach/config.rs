@@ -1,8 +1,16 @@
-//! This plugin's own fields of the network configuration.
+//! This plugin's own fields of the network configuration, decoded from the conf into derived
+//! types: the fields every mode reads, then the chosen mode's own.
+//!
+//! Device selectors (`device`, `master`, `deviceID`, ...) are decoded apart, by ADD only: DEL,
+//! CHECK and GC work from the record, so a broken selector never stops a release.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::de::{Deserializer, Unexpected, Visitor};
+use serde::Deserialize;
+
+use crate::attach::ib_device::RdmaConf;
 use crate::attach::select::Selector;
 use crate::attach::state::DEFAULT_DATA_DIR;
 use crate::cni::NetConf;
@@ -12,7 +20,8 @@ use crate::kernel::{parse_hwaddr, MacvlanMode};
 /// How long an ADD/DEL waits for another invocation holding the same device.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 10_000;
 
-/// Also the mode an attachment record keeps, by the same names.
+/// Which mode, without its settings: what records and messages name (an attachment record
+/// keeps it by the same names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -35,90 +44,120 @@ impl Mode {
             Mode::Rdma => "rdma",
         }
     }
+
+    /// Conf `mode`; absent or null is move.
+    fn parse(value: Option<&str>) -> Result<Mode> {
+        match value {
+            None | Some("move") => Ok(Mode::Move),
+            Some("macvlan") => Ok(Mode::Macvlan),
+            Some("ipoib") => Ok(Mode::Ipoib),
+            Some("rdma") => Ok(Mode::Rdma),
+            Some(other) => Err(Error::UnsupportedField {
+                field: "mode".into(),
+                value: other.into(),
+                msg: "supported modes: \"move\", \"macvlan\", \"ipoib\", \"rdma\"".into(),
+            }),
+        }
+    }
+}
+
+/// The mode with the settings only it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModeConf {
+    Move,
+    Macvlan(MacvlanConf),
+    Ipoib(IpoibConf),
+    Rdma,
+}
+
+impl ModeConf {
+    pub fn kind(&self) -> Mode {
+        match self {
+            ModeConf::Move => Mode::Move,
+            ModeConf::Macvlan(_) => Mode::Macvlan,
+            ModeConf::Ipoib(_) => Mode::Ipoib,
+            ModeConf::Rdma => Mode::Rdma,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// Mode macvlan's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacvlanConf {
+    /// `macvlanMode`; bridge when absent.
+    pub macvlan_mode: MacvlanMode,
+    /// `mac`, or runtimeConfig.mac (the `mac` capability), which wins; CNI_ARGS MAC sits
+    /// between the two (see child::macvlan_mac).
+    pub mac: Option<Vec<u8>>,
 }
 
 /// `ipoibMode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IpoibModeConf {
     /// Connected with MTU 65520 when the parent can do it, else datagram with the parent's MTU.
+    #[default]
     Auto,
     Datagram,
     Connected,
 }
 
-/// Fields of the child-interface modes (`macvlan`, `ipoib`).
-#[derive(Debug, Clone, Default)]
-pub struct ChildConf {
-    /// `master`: the parent netdev's name.
-    pub master: Option<String>,
-    /// `macvlanMode`.
-    pub macvlan_mode: Option<MacvlanMode>,
-    /// `mac` (also runtimeConfig.mac and CNI_ARGS MAC, which win).
-    pub mac: Option<Vec<u8>>,
+/// Mode ipoib's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IpoibConf {
     /// `pkey`: the 16-bit value as given (the kernel ORs in the full-membership bit 0x8000).
     pub pkey: Option<u16>,
-    pub ipoib_mode: Option<IpoibModeConf>,
+    pub ipoib_mode: IpoibModeConf,
     pub umcast: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
 pub struct PluginConf {
-    pub mode: Mode,
+    pub mode: ModeConf,
     /// MTU to set in the pod; None keeps the device's MTU.
     pub mtu: Option<u32>,
     pub data_dir: PathBuf,
     pub lock_timeout: Duration,
-    /// Child-interface settings (modes macvlan and ipoib).
-    pub child: ChildConf,
-    /// Conf `rdma`: what to do with the netdev's ib device (move mode).
-    pub rdma: crate::attach::ib_device::RdmaConf,
+    /// Conf `rdma`: what to do with the netdev's ib device.
+    pub rdma: RdmaConf,
     /// Conf `gidTimeoutMs`: how long ADD waits for the kernel to add the pod IPs' RoCE GIDs.
     pub gid_timeout: Duration,
 }
 
-/// Static selectors an operator writes in the conf.
-const STATIC_SELECTORS: [&str; 4] = ["device", "hwaddr", "kernelpath", "rdmaDevice"];
+/// The fields every mode reads, as sent.
+#[derive(Deserialize)]
+struct CommonFields {
+    mode: Option<String>,
+    mtu: Option<Mtu>,
+    #[serde(rename = "lockTimeoutMs")]
+    lock_timeout_ms: Option<u32>,
+    rdma: Option<String>,
+    #[serde(rename = "gidTimeoutMs")]
+    gid_timeout_ms: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct MacvlanFields {
+    #[serde(rename = "macvlanMode")]
+    macvlan_mode: Option<String>,
+    mac: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct IpoibFields {
+    pkey: Option<Pkey>,
+    #[serde(rename = "ipoibMode")]
+    ipoib_mode: Option<String>,
+    umcast: Option<bool>,
+}
 
 impl PluginConf {
     pub fn from_conf(conf: &NetConf) -> Result<PluginConf> {
-        let mode = match conf.raw_str("mode")?.as_deref() {
-            None | Some("move") => Mode::Move,
-            Some("macvlan") => Mode::Macvlan,
-            Some("ipoib") => Mode::Ipoib,
-            Some("rdma") => Mode::Rdma,
-            Some(other) => {
-                return Err(Error::UnsupportedField {
-                    field: "mode".into(),
-                    value: other.into(),
-                    msg: "supported modes: \"move\", \"macvlan\", \"ipoib\", \"rdma\"".into(),
-                })
-            }
-        };
-        let mtu = conf.raw_u32("mtu").map_err(|_| {
-            Error::config(
-                "mtu",
-                format!(
-                    "must be an integer from 68 to 65535, got {}",
-                    conf.raw
-                        .get("mtu")
-                        .map(|v| v.to_string())
-                        .unwrap_or_default()
-                ),
-            )
-        })?;
-        if let Some(m) = mtu {
-            if !(68..=65535).contains(&m) {
-                return Err(Error::config(
-                    "mtu",
-                    format!("{m} is outside 68..=65535 (68 is IPv4's minimum)"),
-                ));
-            }
-        }
-        let lock_timeout = Duration::from_millis(
-            conf.raw_u32("lockTimeoutMs")?
-                .map(u64::from)
-                .unwrap_or(DEFAULT_LOCK_TIMEOUT_MS),
-        );
+        let common: CommonFields = conf.fields()?;
+        let kind = Mode::parse(common.mode.as_deref())?;
         let data_dir = conf
             .data_dir
             .as_deref()
@@ -142,40 +181,124 @@ impl PluginConf {
                 ));
             }
         }
-        let child = match mode {
-            Mode::Move | Mode::Rdma => ChildConf::default(),
-            Mode::Macvlan | Mode::Ipoib => child_conf(conf, mode)?,
+        let mode = match kind {
+            Mode::Move => ModeConf::Move,
+            Mode::Macvlan => ModeConf::Macvlan(MacvlanConf::from_fields(conf, conf.fields()?)?),
+            Mode::Ipoib => ModeConf::Ipoib(IpoibConf::from_fields(conf.fields()?)?),
+            Mode::Rdma => ModeConf::Rdma,
         };
-        let rdma = crate::attach::ib_device::RdmaConf::parse(conf.raw_str("rdma")?.as_deref())?;
-        if matches!(mode, Mode::Macvlan | Mode::Ipoib)
-            && rdma == crate::attach::ib_device::RdmaConf::Exclusive
-        {
+        let rdma = RdmaConf::parse(common.rdma.as_deref())?;
+        if matches!(kind, Mode::Macvlan | Mode::Ipoib) && rdma == RdmaConf::Exclusive {
             return Err(Error::UnsupportedField {
                 field: "rdma".into(),
                 value: "exclusive".into(),
                 msg: format!(
                     "mode {} shares the parent's ib device and never moves one: use auto \
                      (default; refused in exclusive netns mode) or off",
-                    mode.as_str()
+                    kind.as_str()
                 ),
             });
         }
         // Checked here so a bad value fails before anything changes, not at the first IPAM call.
         conf.ipam_timeout()?;
-        let gid_timeout = Duration::from_millis(
-            conf.raw_u32("gidTimeoutMs")?
-                .map(u64::from)
-                .unwrap_or(crate::attach::gids::DEFAULT_GID_TIMEOUT_MS),
-        );
+        let millis = |ms: Option<u32>, default: u64| {
+            Duration::from_millis(ms.map(u64::from).unwrap_or(default))
+        };
         Ok(PluginConf {
             mode,
-            mtu,
+            mtu: common.mtu.map(|m| m.0),
             data_dir,
-            lock_timeout,
-            child,
+            lock_timeout: millis(common.lock_timeout_ms, DEFAULT_LOCK_TIMEOUT_MS),
             rdma,
-            gid_timeout,
+            gid_timeout: millis(
+                common.gid_timeout_ms,
+                crate::attach::gids::DEFAULT_GID_TIMEOUT_MS,
+            ),
         })
+    }
+}
+
+impl MacvlanConf {
+    fn from_fields(conf: &NetConf, fields: MacvlanFields) -> Result<MacvlanConf> {
+        let macvlan_mode = match fields.macvlan_mode.as_deref() {
+            None | Some("bridge") => MacvlanMode::Bridge,
+            Some("private") => MacvlanMode::Private,
+            Some("vepa") => MacvlanMode::Vepa,
+            Some("passthru") => MacvlanMode::Passthru,
+            Some(other) => {
+                return Err(Error::UnsupportedField {
+                    field: "macvlanMode".into(),
+                    value: other.into(),
+                    msg: "use bridge (default), private, vepa or passthru".into(),
+                })
+            }
+        };
+        let mac = match conf.runtime_config.mac.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => Some(("runtimeConfig.mac", m)),
+            None => fields
+                .mac
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .map(|m| ("mac", m)),
+        };
+        Ok(MacvlanConf {
+            macvlan_mode,
+            mac: mac
+                .map(|(field, text)| parse_unicast_mac(field, text))
+                .transpose()?,
+        })
+    }
+}
+
+impl IpoibConf {
+    fn from_fields(fields: IpoibFields) -> Result<IpoibConf> {
+        let ipoib_mode = match fields.ipoib_mode.as_deref() {
+            None | Some("auto") => IpoibModeConf::Auto,
+            Some("datagram") => IpoibModeConf::Datagram,
+            Some("connected") => IpoibModeConf::Connected,
+            Some(other) => {
+                return Err(Error::UnsupportedField {
+                    field: "ipoibMode".into(),
+                    value: other.into(),
+                    msg: "use auto (default), datagram or connected".into(),
+                })
+            }
+        };
+        Ok(IpoibConf {
+            pkey: fields.pkey.map(|p| p.0),
+            ipoib_mode,
+            umcast: fields.umcast,
+        })
+    }
+}
+
+/// `mtu`: 68 is IPv4's minimum, 65535 the largest an IPv4 packet can be.
+struct Mtu(u32);
+
+impl<'de> Deserialize<'de> for Mtu {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Mtu;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer from 68 to 65535")
+            }
+            fn visit_u64<E: serde::de::Error>(self, m: u64) -> std::result::Result<Mtu, E> {
+                match u32::try_from(m) {
+                    Ok(m) if (68..=65535).contains(&m) => Ok(Mtu(m)),
+                    _ => Err(E::custom(format!(
+                        "{m} is outside 68..=65535 (68 is IPv4's minimum)"
+                    ))),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, m: i64) -> std::result::Result<Mtu, E> {
+                match u64::try_from(m) {
+                    Ok(m) => self.visit_u64(m),
+                    Err(_) => Err(E::invalid_value(Unexpected::Signed(m), &self)),
+                }
+            }
+        }
+        de.deserialize_u64(V)
     }
 }
 
@@ -226,6 +349,13 @@ impl DeviceId {
 /// `runtimeConfig.deviceID` (the capability), then `deviceID`, then `pciBusID`. Empty values
 /// count as absent.
 pub fn device_plugin_id(conf: &NetConf) -> Result<Option<DeviceId>> {
+    #[derive(Deserialize)]
+    struct Fields {
+        #[serde(rename = "deviceID")]
+        device_id: Option<String>,
+        #[serde(rename = "pciBusID")]
+        pci_bus_id: Option<String>,
+    }
     if let Some(id) = conf
         .runtime_config
         .device_id
@@ -237,12 +367,16 @@ pub fn device_plugin_id(conf: &NetConf) -> Result<Option<DeviceId>> {
             value: id.to_string(),
         }));
     }
-    for field in ["deviceID", "pciBusID"] {
-        if let Some(value) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
-            return Ok(Some(DeviceId { field, value }));
-        }
-    }
-    Ok(None)
+    let fields: Fields = conf.fields()?;
+    Ok([
+        ("deviceID", fields.device_id),
+        ("pciBusID", fields.pci_bus_id),
+    ]
+    .into_iter()
+    .find_map(|(field, value)| {
+        let value = value.filter(|s| !s.is_empty())?;
+        Some(DeviceId { field, value })
+    }))
 }
 
 /// The move-mode device selector (read by ADD only: DEL, CHECK and GC work from the record).
@@ -287,12 +421,24 @@ pub fn selector(conf: &NetConf) -> Result<Selector> {
 /// The one static selector of the conf (`device`, `hwaddr`, `kernelpath`, `rdmaDevice`), if
 /// any; several is an error.
 fn static_selector(conf: &NetConf) -> Result<Option<Selector>> {
-    let mut given = Vec::new();
-    for field in STATIC_SELECTORS {
-        if let Some(v) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
-            given.push((field, v));
-        }
+    #[derive(Deserialize)]
+    struct Fields {
+        device: Option<String>,
+        hwaddr: Option<String>,
+        kernelpath: Option<String>,
+        #[serde(rename = "rdmaDevice")]
+        rdma_device: Option<String>,
     }
+    let fields: Fields = conf.fields()?;
+    let given: Vec<(&'static str, String)> = [
+        ("device", fields.device),
+        ("hwaddr", fields.hwaddr),
+        ("kernelpath", fields.kernelpath),
+        ("rdmaDevice", fields.rdma_device),
+    ]
+    .into_iter()
+    .filter_map(|(field, v)| Some((field, v.filter(|s| !s.is_empty())?)))
+    .collect();
     match given.as_slice() {
         [] => Ok(None),
         [(field, value)] => static_value(field, value).map(Some),
@@ -364,6 +510,12 @@ fn static_value(field: &'static str, value: &str) -> Result<Selector> {
 /// them. A device plugin ID that selects nothing (a shared device plugin's index) is returned
 /// apart, to be logged and recorded.
 pub fn parent_selectors(conf: &NetConf) -> Result<(Vec<Selector>, Option<DeviceId>)> {
+    #[derive(Deserialize)]
+    struct Fields {
+        master: Option<String>,
+        #[serde(rename = "rdmaDevice")]
+        rdma_device: Option<String>,
+    }
     let mut selectors = Vec::new();
     let mut opaque = None;
     if let Some(id) = device_plugin_id(conf)? {
@@ -372,67 +524,16 @@ pub fn parent_selectors(conf: &NetConf) -> Result<(Vec<Selector>, Option<DeviceI
             None => opaque = Some(id),
         }
     }
-    for field in ["master", "rdmaDevice"] {
-        if let Some(v) = conf.raw_str(field)?.filter(|s| !s.is_empty()) {
+    let fields: Fields = conf.fields()?;
+    for (field, value) in [
+        ("master", fields.master),
+        ("rdmaDevice", fields.rdma_device),
+    ] {
+        if let Some(v) = value.filter(|s| !s.is_empty()) {
             selectors.push(static_value(field, &v)?);
         }
     }
     Ok((selectors, opaque))
-}
-
-fn child_conf(conf: &NetConf, mode: Mode) -> Result<ChildConf> {
-    let mut c = ChildConf {
-        master: conf.raw_str("master")?.filter(|s| !s.is_empty()),
-        ..Default::default()
-    };
-    match mode {
-        Mode::Macvlan => {
-            c.macvlan_mode = Some(match conf.raw_str("macvlanMode")?.as_deref() {
-                None | Some("bridge") => MacvlanMode::Bridge,
-                Some("private") => MacvlanMode::Private,
-                Some("vepa") => MacvlanMode::Vepa,
-                Some("passthru") => MacvlanMode::Passthru,
-                Some(other) => {
-                    return Err(Error::UnsupportedField {
-                        field: "macvlanMode".into(),
-                        value: other.into(),
-                        msg: "use bridge (default), private, vepa or passthru".into(),
-                    })
-                }
-            });
-            let mac = match conf.runtime_config.mac.as_deref().filter(|m| !m.is_empty()) {
-                Some(m) => Some(("runtimeConfig.mac", m.to_string())),
-                None => conf
-                    .raw_str("mac")?
-                    .filter(|m| !m.is_empty())
-                    .map(|m| ("mac", m)),
-            };
-            if let Some((field, text)) = mac {
-                c.mac = Some(parse_unicast_mac(field, &text)?);
-            }
-        }
-        Mode::Ipoib => {
-            c.pkey = match conf.raw.get("pkey") {
-                None | Some(serde_json::Value::Null) => None,
-                Some(v) => Some(parse_pkey(v)?),
-            };
-            c.ipoib_mode = Some(match conf.raw_str("ipoibMode")?.as_deref() {
-                None | Some("auto") => IpoibModeConf::Auto,
-                Some("datagram") => IpoibModeConf::Datagram,
-                Some("connected") => IpoibModeConf::Connected,
-                Some(other) => {
-                    return Err(Error::UnsupportedField {
-                        field: "ipoibMode".into(),
-                        value: other.into(),
-                        msg: "use auto (default), datagram or connected".into(),
-                    })
-                }
-            });
-            c.umcast = conf.raw_bool("umcast")?;
-        }
-        Mode::Move | Mode::Rdma => {}
-    }
-    Ok(c)
 }
 
 /// A MAC for a macvlan child: 6 bytes, unicast (the kernel refuses multicast addresses).
@@ -449,26 +550,54 @@ pub fn parse_unicast_mac(field: &str, text: &str) -> Result<Vec<u8>> {
 /// `pkey` as a hex string (`"0x8001"`, `"8001"`) or a JSON number. The kernel takes any 16-bit
 /// value but 0 and 0x8000 (the full-membership bit alone), and ORs 0x8000 into the result
 /// (ipoib_netlink.c `ipoib_new_child_link`), so `0x0001` and `0x8001` name the same partition.
-pub fn parse_pkey(value: &serde_json::Value) -> Result<u16> {
-    let bad = |shown: String| {
-        Error::config(
-            "pkey",
-            format!("{shown} is not a P_Key: give 0x0001..0x7fff, optionally with the full-membership bit 0x8000 (e.g. \"0x8001\")"),
-        )
-    };
-    let number = match value {
-        serde_json::Value::Number(n) => n.as_u64().ok_or_else(|| bad(n.to_string()))?,
-        serde_json::Value::String(s) => {
-            let digits = s.trim().trim_start_matches("0x").trim_start_matches("0X");
-            u64::from_str_radix(digits, 16).map_err(|_| bad(format!("{s:?}")))?
+struct Pkey(u16);
+
+const PKEY_HINT: &str =
+    "give 0x0001..0x7fff, optionally with the full-membership bit 0x8000 (e.g. \"0x8001\")";
+
+impl<'de> Deserialize<'de> for Pkey {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        fn bad<E: serde::de::Error>(shown: impl std::fmt::Display) -> E {
+            E::custom(format!("{shown} is not a P_Key: {PKEY_HINT}"))
         }
-        other => return Err(bad(other.to_string())),
-    };
-    match number {
-        0 | 0x8000 => Err(bad(format!("{number:#06x}"))),
-        n if n > 0xffff => Err(bad(format!("{n:#x}"))),
-        n => Ok(n as u16),
+        impl Visitor<'_> for V {
+            type Value = Pkey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a P_Key: {PKEY_HINT}")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<Pkey, E> {
+                match n {
+                    0 | 0x8000 => Err(bad(format!("{n:#06x}"))),
+                    n => u16::try_from(n)
+                        .map(Pkey)
+                        .map_err(|_| bad(format!("{n:#x}"))),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<Pkey, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(bad(n)),
+                }
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> std::result::Result<Pkey, E> {
+                Err(bad(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Pkey, E> {
+                let digits = s.trim().trim_start_matches("0x").trim_start_matches("0X");
+                let n = u64::from_str_radix(digits, 16).map_err(|_| bad(format!("{s:?}")))?;
+                self.visit_u64(n)
+            }
+        }
+        de.deserialize_any(V)
     }
+}
+
+/// [`Pkey`] from an already parsed value.
+pub fn parse_pkey(value: &serde_json::Value) -> Result<u16> {
+    crate::cni::decode::from_value::<Pkey>(value, "pkey")
+        .map(|p| p.0)
+        .map_err(|f| Error::config("pkey", f.joined()))
 }
 
 #[cfg(test)]

@@ -80,11 +80,18 @@ proptest! {
                     prop_assert!((68..=65535).contains(&m));
                 }
                 prop_assert!(pc.data_dir.is_absolute());
-                if let Some(mac) = &pc.child.mac {
-                    prop_assert!(mac.len() == 6 && mac[0] & 1 == 0);
-                }
-                if let Some(p) = pc.child.pkey {
-                    prop_assert!(p != 0 && p != 0x8000);
+                match &pc.mode {
+                    config::ModeConf::Macvlan(m) => {
+                        if let Some(mac) = &m.mac {
+                            prop_assert!(mac.len() == 6 && mac[0] & 1 == 0);
+                        }
+                    }
+                    config::ModeConf::Ipoib(i) => {
+                        if let Some(p) = i.pkey {
+                            prop_assert!(p != 0 && p != 0x8000);
+                        }
+                    }
+                    config::ModeConf::Move | config::ModeConf::Rdma => {}
                 }
             }
             Err(e) => check_rejection(&e, &[2, 7])?,

@@ -121,10 +121,13 @@ pub fn module_for(kind: CharDevKind) -> &'static str {
 
 /// `devicePermissions` from the conf; None when absent or null.
 pub fn from_conf(conf: &NetConf) -> Result<Option<DevicePermissions>> {
-    match conf.raw.get(CONF_KEY) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => parse(v).map(Some),
+    #[derive(Deserialize)]
+    struct Fields {
+        #[serde(rename = "devicePermissions")]
+        device_permissions: Option<Value>,
     }
+    let fields: Fields = conf.fields()?;
+    fields.device_permissions.as_ref().map(parse).transpose()
 }
 
 /// Parses the value of `devicePermissions`. Every key is optional; unknown keys, modes that

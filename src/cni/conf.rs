@@ -1,10 +1,15 @@
 //! The network configuration on stdin (spec "Network configuration" and "Execution
-//! parameters"): the fields the protocol defines, plus the whole object for the plugin's own.
+//! parameters"): the fields the protocol defines, decoded into derived types; the plugin's own
+//! fields are decoded by the plugin from the same text ([`NetConf::fields`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
+use crate::cni::decode::{self, objects_only, Failure};
 use crate::cni::env::{is_valid_name, Command};
 use crate::cni::result::{CniResult, Dns};
 use crate::cni::version;
@@ -23,7 +28,7 @@ pub struct NetConf {
     /// The conf's `type`: the plugin binary's name.
     pub plugin_type: String,
     /// The `ipam` section, None when absent or empty (`{}`).
-    pub ipam: Option<Value>,
+    pub ipam: Option<Ipam>,
     pub dns: Option<Dns>,
     pub prev_result: Option<CniResult>,
     pub runtime_config: RuntimeConfig,
@@ -33,8 +38,15 @@ pub struct NetConf {
     pub data_dir: Option<String>,
     /// GC's `cni.dev/valid-attachments`; empty for other commands.
     pub valid_attachments: Vec<Attachment>,
-    /// The whole object, for the plugin's own fields.
-    pub raw: Map<String, Value>,
+    /// The conf as received, for [`NetConf::fields`].
+    pub text: Arc<[u8]>,
+}
+
+/// The `ipam` section as this plugin reads it: only the plugin to run. The IPAM plugin gets the
+/// whole conf as received and reads the rest itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ipam {
+    pub plugin_type: String,
 }
 
 /// `runtimeConfig`: the runtime's answers to the conf's `capabilities`.
@@ -46,8 +58,6 @@ pub struct RuntimeConfig {
     pub cni_device_info_file: Option<String>,
     pub ips: Vec<String>,
     pub mac: Option<String>,
-    /// The whole object as sent, in its own spelling.
-    pub raw: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,26 +70,74 @@ const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
 /// The key an earlier 1.1.0 draft used; libcni still sends both.
 const VALID_ATTACHMENTS_DRAFT: &str = "cni.dev/attachments";
 
+/// The protocol's fields as sent. Type errors surface here with their path; the rules that
+/// need several fields (or the command) are applied in [`NetConf::parse`].
+#[derive(Deserialize)]
+struct WireConf<'a> {
+    #[serde(rename = "cniVersion")]
+    cni_version: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    plugin_type: Option<String>,
+    ipam: Option<WireIpam>,
+    dns: Option<Dns>,
+    /// Kept as text: its layout depends on a version that may come later in the object.
+    #[serde(rename = "prevResult", borrow)]
+    prev_result: Option<&'a RawValue>,
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: Option<WireRuntimeConfig>,
+    capabilities: Option<BTreeMap<String, bool>>,
+    #[serde(rename = "logFile")]
+    log_file: Option<String>,
+    #[serde(rename = "logLevel")]
+    log_level: Option<String>,
+    #[serde(rename = "dataDir")]
+    data_dir: Option<String>,
+    /// Read by GC only (a stray value elsewhere is not an error), and `null` differs from
+    /// absent, so both are kept as text.
+    #[serde(
+        rename = "cni.dev/valid-attachments",
+        borrow,
+        default,
+        deserialize_with = "present"
+    )]
+    valid_attachments: Option<&'a RawValue>,
+    #[serde(
+        rename = "cni.dev/attachments",
+        borrow,
+        default,
+        deserialize_with = "present"
+    )]
+    valid_attachments_draft: Option<&'a RawValue>,
+}
+
+/// Some(value) for a present field, `null` included.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    de: D,
+) -> std::result::Result<Option<T>, D::Error> {
+    T::deserialize(de).map(Some)
+}
+
 impl NetConf {
     pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf> {
-        let value: Value = serde_json::from_slice(stdin)
-            .map_err(|e| Error::decode("network configuration on stdin", e.to_string()))?;
-        let Value::Object(raw) = value else {
-            return Err(Error::decode(
-                "network configuration on stdin",
-                format!("expected a JSON object, got {}", kind(&value)),
-            ));
-        };
+        const WHAT: &str = "network configuration on stdin";
+        // A derived struct would also take an array of its fields in order.
+        let first = stdin.iter().find(|b| !b" \t\r\n".contains(b));
+        if first.is_some_and(|b| *b != b'{') {
+            return Err(Error::decode(WHAT, "expected a JSON object"));
+        }
+        let wire: WireConf = decode::from_slice(stdin, "").map_err(|f| match f {
+            Failure::Field { path, msg } if !path.is_empty() => Error::config(path, msg),
+            other => Error::decode(WHAT, other.joined()),
+        })?;
 
-        let cni_version = match raw.get("cniVersion") {
-            Some(Value::String(v)) if !v.is_empty() => v.clone(),
-            None | Some(Value::Null) => {
-                return Err(Error::config("cniVersion", "is required"));
-            }
-            Some(other) => {
+        let cni_version = match wire.cni_version {
+            Some(v) if !v.is_empty() => v,
+            None => return Err(Error::config("cniVersion", "is required")),
+            Some(v) => {
                 return Err(Error::config(
                     "cniVersion",
-                    format!("must be a version string such as \"1.1.0\", got {other}"),
+                    format!("must be a version string such as \"1.1.0\", got {v:?}"),
                 ))
             }
         };
@@ -106,7 +164,7 @@ impl NetConf {
             });
         }
 
-        let name = required_str(&raw, "name")?;
+        let name = required("name", wire.name)?;
         if !is_valid_name(&name) {
             return Err(Error::config(
                 "name",
@@ -116,53 +174,69 @@ impl NetConf {
                 ),
             ));
         }
-        let plugin_type = required_str(&raw, "type")?;
-
-        let ipam = parse_ipam(raw.get("ipam"))?;
-        let dns = match raw.get("dns") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(Dns::from_value(v, "dns").map_err(|m| Error::config("dns", m))?),
+        let plugin_type = required("type", wire.plugin_type)?;
+        let ipam = match wire.ipam {
+            // `"ipam": {}` is how many published confs (SR-IOV, Multus examples) say "no IPAM";
+            // the reference plugins skip IPAM when its type is empty, so we do too.
+            None | Some(WireIpam { fields: 0, .. }) => None,
+            Some(WireIpam {
+                plugin_type: Some(t),
+                ..
+            }) if !t.is_empty() => Some(Ipam { plugin_type: t }),
+            Some(_) => {
+                return Err(Error::config(
+                    "ipam.type",
+                    "is required when ipam has other fields (the IPAM plugin's name, e.g. \
+                     \"host-local\")",
+                ))
+            }
         };
-        let prev_result = match raw.get("prevResult") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(CniResult::parse(v, &cni_version).map_err(|e| match e {
-                Error::Decode { msg, .. } => Error::decode("prevResult", msg),
-                other => other,
-            })?),
+        let prev_result = match wire.prev_result {
+            None => None,
+            Some(raw) => Some(
+                CniResult::from_json(raw.get().as_bytes(), &cni_version).map_err(|e| match e {
+                    Error::Decode { msg, .. } => Error::decode("prevResult", msg),
+                    other => other,
+                })?,
+            ),
         };
-        let runtime_config = parse_runtime_config(raw.get("runtimeConfig"))?;
-        let capabilities = parse_capabilities(raw.get("capabilities"))?;
+        let runtime_config = wire.runtime_config.unwrap_or_default().resolve()?;
         let valid_attachments = if command == Command::Gc {
-            parse_attachments(&raw)?
+            attachments(wire.valid_attachments, wire.valid_attachments_draft)?
         } else {
             Vec::new()
         };
 
         Ok(NetConf {
-            log_file: opt_str(&raw, "logFile")?,
-            log_level: opt_str(&raw, "logLevel")?,
-            data_dir: opt_str(&raw, "dataDir")?,
             cni_version,
             name,
             plugin_type,
             ipam,
-            dns,
+            dns: wire.dns,
             prev_result,
             runtime_config,
-            capabilities,
+            capabilities: wire.capabilities.unwrap_or_default(),
+            log_file: wire.log_file,
+            log_level: wire.log_level,
+            data_dir: wire.data_dir,
             valid_attachments,
-            raw,
+            text: Arc::from(stdin),
         })
     }
 
     /// The IPAM plugin's name, from `ipam.type`.
     pub fn ipam_type(&self) -> Option<&str> {
-        self.ipam.as_ref()?.get("type")?.as_str()
+        self.ipam.as_ref().map(|i| i.plugin_type.as_str())
     }
 
     /// `ipamTimeoutMs`: how long a delegated IPAM plugin may run before it is killed.
     pub fn ipam_timeout(&self) -> Result<std::time::Duration> {
-        match self.raw_u32("ipamTimeoutMs")? {
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(rename = "ipamTimeoutMs")]
+            ipam_timeout_ms: Option<u32>,
+        }
+        match self.fields::<Fields>()?.ipam_timeout_ms {
             None => Ok(std::time::Duration::from_millis(DEFAULT_IPAM_TIMEOUT_MS)),
             Some(0) => Err(Error::config(
                 "ipamTimeoutMs",
@@ -173,192 +247,166 @@ impl NetConf {
         }
     }
 
-    /// A plugin-specific string field; null counts as absent.
-    pub fn raw_str(&self, key: &str) -> Result<Option<String>> {
-        opt_str(&self.raw, key)
-    }
-
-    /// A plugin-specific non-negative integer field that fits in 32 bits.
-    pub fn raw_u32(&self, key: &str) -> Result<Option<u32>> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    Error::config(
-                        key,
-                        format!("must be an integer from 0 to {}, got {v}", u32::MAX),
-                    )
-                }),
-        }
-    }
-
-    pub fn raw_bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.raw.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(Error::config(
-                key,
-                format!("must be true or false, got {v}"),
-            )),
-        }
+    /// The plugin's own fields, decoded from the conf into `T` (unknown fields ignored). A value
+    /// of the wrong type is code 7 naming its field path.
+    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T> {
+        decode::from_slice(&self.text, "").map_err(|f| match f {
+            Failure::Field { path, msg } => Error::config(path, msg),
+            Failure::Syntax(msg) => Error::decode("network configuration on stdin", msg),
+        })
     }
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+fn required(key: &str, value: Option<String>) -> Result<String> {
+    value
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Error::config(key, "is required"))
 }
 
-fn opt_str(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(Error::config(key, format!("must be a string, got {v}"))),
-    }
+/// The `ipam` section's `type` and how many fields it has (`{}` means no IPAM).
+struct WireIpam {
+    plugin_type: Option<String>,
+    fields: usize,
 }
 
-fn required_str(obj: &Map<String, Value>, key: &str) -> Result<String> {
-    match opt_str(obj, key)? {
-        Some(s) if !s.is_empty() => Ok(s),
-        _ => Err(Error::config(key, "is required")),
-    }
-}
-
-fn parse_ipam(value: Option<&Value>) -> Result<Option<Value>> {
-    let obj = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(obj)) => obj,
-        Some(v) => {
-            return Err(Error::config(
-                "ipam",
-                format!("must be an object, got {}", kind(v)),
-            ))
-        }
-    };
-    // `"ipam": {}` is how many published confs (SR-IOV, Multus examples) say "no IPAM"; the
-    // reference plugins skip IPAM when its type is empty, so we do too.
-    if obj.is_empty() {
-        return Ok(None);
-    }
-    match obj.get("type") {
-        Some(Value::String(t)) if !t.is_empty() => Ok(Some(Value::Object(obj.clone()))),
-        Some(Value::String(_)) | None | Some(Value::Null) => Err(Error::config(
-            "ipam.type",
-            "is required when ipam has other fields (the IPAM plugin's name, e.g. \
-             \"host-local\")",
-        )),
-        Some(v) => Err(Error::config(
-            "ipam.type",
-            format!("must be a string, got {v}"),
-        )),
-    }
-}
-
-/// Runtimes disagree on spelling (containerd's CRI capitalizes, e.g. `DeviceID`), so known
-/// keys match case-insensitively; when two spellings of one key disagree we refuse to guess.
-fn parse_runtime_config(value: Option<&Value>) -> Result<RuntimeConfig> {
-    let raw = match value {
-        None | Some(Value::Null) => return Ok(RuntimeConfig::default()),
-        Some(Value::Object(obj)) => obj.clone(),
-        Some(v) => {
-            return Err(Error::config(
-                "runtimeConfig",
-                format!("must be an object, got {}", kind(v)),
-            ))
-        }
-    };
-    let lookup = |wanted: &str| -> Result<Option<(&String, &Value)>> {
-        let mut found: Option<(&String, &Value)> = None;
-        for (key, value) in raw.iter().filter(|(k, _)| k.eq_ignore_ascii_case(wanted)) {
-            if value.is_null() {
-                continue;
+impl<'de> Deserialize<'de> for WireIpam {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WireIpam;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
             }
-            match found {
-                Some((first, v)) if v != value => {
-                    return Err(Error::config(
-                        format!("runtimeConfig.{wanted}"),
-                        format!("given twice with different values, as `{first}` and `{key}`"),
-                    ))
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<WireIpam, A::Error> {
+                let mut ipam = WireIpam {
+                    plugin_type: None,
+                    fields: 0,
+                };
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    ipam.fields += 1;
+                    if key == "type" {
+                        ipam.plugin_type = map.next_value()?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
                 }
-                Some(_) => {}
-                None => found = Some((key, value)),
+                Ok(ipam)
             }
         }
-        Ok(found)
-    };
-    let string = |wanted: &str| -> Result<Option<String>> {
-        match lookup(wanted)? {
-            None => Ok(None),
-            Some((_, Value::String(s))) => Ok(Some(s.clone())),
-            Some((key, v)) => Err(Error::config(
-                format!("runtimeConfig.{key}"),
-                format!("must be a string, got {v}"),
-            )),
-        }
-    };
-    let ips = match lookup("ips")? {
-        None => Vec::new(),
-        Some((key, Value::Array(items))) => items
-            .iter()
-            .map(|v| {
-                v.as_str().map(str::to_string).ok_or_else(|| {
-                    Error::config(
-                        format!("runtimeConfig.{key}"),
-                        format!("must be an array of strings, got an element {v}"),
-                    )
-                })
-            })
-            .collect::<Result<_>>()?,
-        Some((key, v)) => {
-            return Err(Error::config(
-                format!("runtimeConfig.{key}"),
-                format!("must be an array of strings, got {v}"),
-            ))
-        }
-    };
-    Ok(RuntimeConfig {
-        device_id: string("deviceID")?,
-        cni_device_info_file: string("CNIDeviceInfoFile")?,
-        ips,
-        mac: string("mac")?,
-        raw,
-    })
-}
-
-fn parse_capabilities(value: Option<&Value>) -> Result<BTreeMap<String, bool>> {
-    match value {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(obj)) => obj
-            .iter()
-            .map(|(k, v)| match v {
-                Value::Bool(b) => Ok((k.clone(), *b)),
-                other => Err(Error::config(
-                    format!("capabilities.{k}"),
-                    format!("must be true or false, got {other}"),
-                )),
-            })
-            .collect(),
-        Some(v) => Err(Error::config(
-            "capabilities",
-            format!("must be an object of booleans, got {}", kind(v)),
-        )),
+        de.deserialize_map(V)
     }
 }
+
+/// One of runtimeConfig's known keys as found, in the spelling it was sent in.
+struct Spelled<T> {
+    key: String,
+    value: T,
+}
+
+/// `runtimeConfig` as sent. Runtimes disagree on spelling (containerd's CRI capitalizes, e.g.
+/// `DeviceID`), so known keys match case-insensitively, which a derive cannot do.
+#[derive(Default)]
+struct WireRuntimeConfig {
+    device_id: Option<Spelled<String>>,
+    cni_device_info_file: Option<Spelled<String>>,
+    ips: Option<Spelled<Vec<String>>>,
+    mac: Option<Spelled<String>>,
+    /// Two spellings of one key with different values: (key as we name it, first, second).
+    conflict: Option<(&'static str, String, String)>,
+}
+
+impl WireRuntimeConfig {
+    /// When two spellings of one key disagree we refuse to guess.
+    fn resolve(self) -> Result<RuntimeConfig> {
+        if let Some((wanted, first, second)) = self.conflict {
+            return Err(Error::config(
+                format!("runtimeConfig.{wanted}"),
+                format!("given twice with different values, as `{first}` and `{second}`"),
+            ));
+        }
+        Ok(RuntimeConfig {
+            device_id: self.device_id.map(|s| s.value),
+            cni_device_info_file: self.cni_device_info_file.map(|s| s.value),
+            ips: self.ips.map(|s| s.value).unwrap_or_default(),
+            mac: self.mac.map(|s| s.value),
+        })
+    }
+}
+
+/// Keeps the first non-null value of a key; a later spelling must agree with it.
+fn keep<'de, A: MapAccess<'de>, T: Deserialize<'de> + PartialEq>(
+    slot: &mut Option<Spelled<T>>,
+    conflict: &mut Option<(&'static str, String, String)>,
+    wanted: &'static str,
+    key: String,
+    map: &mut A,
+) -> std::result::Result<(), A::Error> {
+    let Some(value) = map.next_value::<Option<T>>()? else {
+        return Ok(());
+    };
+    match slot {
+        Some(first) if first.value != value => {
+            conflict.get_or_insert((wanted, first.key.clone(), key));
+        }
+        Some(_) => {}
+        None => *slot = Some(Spelled { key, value }),
+    }
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for WireRuntimeConfig {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WireRuntimeConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<WireRuntimeConfig, A::Error> {
+                let mut rc = WireRuntimeConfig::default();
+                let c = &mut rc.conflict;
+                while let Some(key) = map.next_key::<String>()? {
+                    let is = |wanted: &str| key.eq_ignore_ascii_case(wanted);
+                    if is("deviceID") {
+                        keep(&mut rc.device_id, c, "deviceID", key, &mut map)?;
+                    } else if is("CNIDeviceInfoFile") {
+                        let slot = &mut rc.cni_device_info_file;
+                        keep(slot, c, "CNIDeviceInfoFile", key, &mut map)?;
+                    } else if is("ips") {
+                        keep(&mut rc.ips, c, "ips", key, &mut map)?;
+                    } else if is("mac") {
+                        keep(&mut rc.mac, c, "mac", key, &mut map)?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(rc)
+            }
+        }
+        de.deserialize_map(V)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(remote = "Self")]
+struct WireAttachment {
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
+}
+objects_only!(WireAttachment);
 
 /// GC releases everything not listed, so a conf without the list is refused rather than read
 /// as "nothing is valid". An explicit null is an empty list: that is how libcni encodes a
 /// network with no remaining attachments.
-fn parse_attachments(raw: &Map<String, Value>) -> Result<Vec<Attachment>> {
-    let (key, value) = match (raw.get(VALID_ATTACHMENTS), raw.get(VALID_ATTACHMENTS_DRAFT)) {
+fn attachments(valid: Option<&RawValue>, draft: Option<&RawValue>) -> Result<Vec<Attachment>> {
+    let (key, raw) = match (valid, draft) {
         (Some(v), _) => (VALID_ATTACHMENTS, v),
         (None, Some(v)) => (VALID_ATTACHMENTS_DRAFT, v),
         (None, None) => {
@@ -369,35 +417,29 @@ fn parse_attachments(raw: &Map<String, Value>) -> Result<Vec<Attachment>> {
             ))
         }
     };
-    let items = match value {
-        Value::Null => return Ok(Vec::new()),
-        Value::Array(items) => items,
-        v => {
-            return Err(Error::config(
-                key,
-                format!("must be an array, got {}", kind(v)),
-            ))
-        }
-    };
+    let items: Option<Vec<WireAttachment>> = decode::from_slice(raw.get().as_bytes(), key)
+        .map_err(|f| match f {
+            Failure::Field { path, msg } => Error::config(path, msg),
+            Failure::Syntax(msg) => Error::config(key, msg),
+        })?;
     items
-        .iter()
+        .unwrap_or_default()
+        .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            let field = |name: &str| {
-                item.get(name)
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .ok_or_else(|| {
-                        Error::config(
-                            format!("{key}[{i}].{name}"),
-                            format!("must be a non-empty string in {item}"),
-                        )
-                    })
+            let nonempty = |name: &str, value: String| {
+                if value.is_empty() {
+                    Err(Error::config(
+                        format!("{key}[{i}].{name}"),
+                        "must be a non-empty string",
+                    ))
+                } else {
+                    Ok(value)
+                }
             };
             Ok(Attachment {
-                container_id: field("containerID")?,
-                ifname: field("ifname")?,
+                container_id: nonempty("containerID", item.container_id)?,
+                ifname: nonempty("ifname", item.ifname)?,
             })
         })
         .collect()
@@ -406,7 +448,7 @@ fn parse_attachments(raw: &Map<String, Value>) -> Result<Vec<Attachment>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn parse(v: Value, command: Command) -> Result<NetConf> {
         NetConf::parse(v.to_string().as_bytes(), command)
@@ -444,7 +486,7 @@ mod tests {
         assert_eq!(c.prev_result, None);
         assert_eq!(c.runtime_config, RuntimeConfig::default());
         assert!(c.capabilities.is_empty() && c.valid_attachments.is_empty());
-        assert_eq!(c.raw.len(), 3);
+        assert_eq!(&*c.text, base().to_string().as_bytes());
     }
 
     #[test]
@@ -509,7 +551,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.ipam_type(), Some("host-local"));
-        assert_eq!(c.ipam.unwrap()["subnet"], "10.0.0.0/24");
         assert_eq!(
             parse(with("ipam", json!({})), Command::Add).unwrap().ipam,
             None
@@ -595,7 +636,6 @@ mod tests {
             );
             assert_eq!(r.ips, ["10.0.0.5/24"], "{rc}");
             assert_eq!(r.mac.as_deref(), Some("02:00:00:00:00:01"), "{rc}");
-            assert_eq!(Value::Object(r.raw.clone()), rc);
             seen.push((r.device_id, r.ips, r.mac));
         }
         assert_eq!(seen[0], seen[1]);
@@ -606,7 +646,7 @@ mod tests {
         for (rc, field) in [
             (json!({"DeviceID": 3}), "runtimeConfig.DeviceID"),
             (json!({"ips": "10.0.0.1"}), "runtimeConfig.ips"),
-            (json!({"IPs": [1]}), "runtimeConfig.IPs"),
+            (json!({"IPs": [1]}), "runtimeConfig.IPs[0]"),
             (
                 json!({"deviceID": "a", "DeviceID": "b"}),
                 "runtimeConfig.deviceID",
@@ -678,27 +718,48 @@ mod tests {
         assert_eq!(c.log_file.as_deref(), Some("/var/log/rdma-ns.log"));
         assert_eq!(c.log_level.as_deref(), Some("debug"));
         assert_eq!(c.data_dir.as_deref(), Some("/var/lib/cni/rdma-ns"));
-        assert_eq!(c.raw_str("mode").unwrap().as_deref(), Some("move"));
-        assert_eq!(c.raw_str("device").unwrap(), None);
-        assert_eq!(c.raw_u32("mtu").unwrap(), Some(9000));
-        assert_eq!(c.raw_bool("strict").unwrap(), Some(false));
-        assert_eq!(field_of(&c.raw_str("mtu").unwrap_err()), "mtu");
-        assert_eq!(field_of(&c.raw_u32("mode").unwrap_err()), "mode");
-        assert_eq!(field_of(&c.raw_bool("mode").unwrap_err()), "mode");
+
+        #[derive(Deserialize)]
+        struct Own {
+            mode: Option<String>,
+            device: Option<String>,
+            mtu: Option<u32>,
+            strict: Option<bool>,
+        }
+        let own: Own = c.fields().unwrap();
+        assert_eq!(own.mode.as_deref(), Some("move"));
+        assert_eq!(own.device, None);
+        assert_eq!(own.mtu, Some(9000));
+        assert_eq!(own.strict, Some(false));
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct MtuAsText {
+            mtu: Option<String>,
+        }
+        assert_eq!(field_of(&c.fields::<MtuAsText>().unwrap_err()), "mtu");
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct ModeAsNumber {
+            mode: Option<u32>,
+        }
+        assert_eq!(field_of(&c.fields::<ModeAsNumber>().unwrap_err()), "mode");
 
         assert_eq!(
             field_of(&parse(with("logFile", json!(1)), Command::Add).unwrap_err()),
             "logFile"
         );
-        let e = parse(with("mtu", json!(-1)), Command::Add)
-            .unwrap()
-            .raw_u32("mtu")
-            .unwrap_err();
-        assert_eq!(e.code(), 7);
-        let e = parse(with("mtu", json!(1u64 << 32)), Command::Add)
-            .unwrap()
-            .raw_u32("mtu")
-            .unwrap_err();
-        assert_eq!(e.code(), 7);
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Mtu {
+            mtu: Option<u32>,
+        }
+        for bad in [json!(-1), json!(1u64 << 32)] {
+            let e = parse(with("mtu", bad.clone()), Command::Add)
+                .unwrap()
+                .fields::<Mtu>()
+                .unwrap_err();
+            assert_eq!(e.code(), 7, "{bad}");
+            assert_eq!(field_of(&e), "mtu", "{bad}");
+        }
     }
 }

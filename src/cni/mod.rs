@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod conf;
+pub mod decode;
 pub mod env;
 pub mod ipam;
 pub mod result;
@@ -279,7 +280,7 @@ mod tests {
         assert_eq!(*command, Command::Add);
         assert_eq!(env.container_id, "0123abcd");
         assert_eq!(env.args.get("FOO"), Some("bar"));
-        assert_eq!(conf.raw_str("mode").unwrap().as_deref(), Some("move"));
+        assert_eq!(&*conf.text, self::conf("0.4.0").as_slice());
     }
 
     #[test]

@@ -10,9 +10,10 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use ipnetwork::IpNetwork;
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::cni::decode::{self, null_as_default, objects_only, Failure};
 use crate::cni::version;
 use crate::error::{Error, Result};
 
@@ -69,15 +70,29 @@ impl Route {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// The DNS object: the same shape in every version and in the network configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Dns {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub nameservers: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub search: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub options: Vec<String>,
 }
 
@@ -87,18 +102,6 @@ impl Dns {
             && self.domain.is_none()
             && self.search.is_empty()
             && self.options.is_empty()
-    }
-
-    /// Reads a DNS object (same shape in every version and in the network conf). The error is
-    /// a path-qualified message for the caller to wrap.
-    pub fn from_value(value: &Value, path: &str) -> std::result::Result<Dns, String> {
-        let obj = object(value, path)?;
-        Ok(Dns {
-            nameservers: str_list(obj, "nameservers", path)?,
-            domain: opt_str(obj, "domain", path)?,
-            search: str_list(obj, "search", path)?,
-            options: str_list(obj, "options", path)?,
-        })
     }
 }
 
@@ -126,255 +129,419 @@ fn shape(v: &str) -> Result<Shape> {
     }
 }
 
+/// A result's layout depends on its version, so the version is read on its own first.
+#[derive(Deserialize)]
+#[serde(remote = "Self")]
+struct VersionPeek {
+    #[serde(rename = "cniVersion")]
+    cni_version: Option<String>,
+}
+
+/// Decodes a result's text. Paths in failures are relative to the result, which is named only
+/// when it is itself the bad value.
+fn decode_result<T: serde::de::DeserializeOwned>(text: &[u8]) -> std::result::Result<T, Failure> {
+    decode::from_slice(text, "").map_err(|f| match f {
+        Failure::Field { path, msg } if path.is_empty() => Failure::Field {
+            path: "result".into(),
+            msg,
+        },
+        other => other,
+    })
+}
+
 impl CniResult {
     /// Reads a result in the version named by its own `cniVersion` field, or `version` when it
     /// has none (a prevResult inherits the conf's version).
     pub fn parse(value: &Value, version: &str) -> Result<CniResult> {
-        let version = match value.get("cniVersion") {
-            Some(Value::String(v)) => v.as_str(),
-            None | Some(Value::Null) => version,
-            Some(other) => {
-                return Err(Error::decode(
-                    "CNI result",
-                    format!("cniVersion must be a string, got {other}"),
-                ))
-            }
+        // Through text, so that each wire type is decoded by one deserializer only: the binary
+        // stays small, and every exec of the plugin maps its pages.
+        Self::from_json(value.to_string().as_bytes(), version)
+    }
+
+    /// [`CniResult::parse`] from JSON text.
+    pub fn from_json(text: &[u8], version: &str) -> Result<CniResult> {
+        let bad = |f: Failure| Error::decode("CNI result", f.joined());
+        let peek: VersionPeek = decode_result(text).map_err(bad)?;
+        let parsed = match shape(peek.cni_version.as_deref().unwrap_or(version))? {
+            Shape::Legacy => decode_result::<ResultV0_4>(text).map_err(bad)?.into_model(),
+            Shape::V1_0 => decode_result::<ResultV1_0>(text).map_err(bad)?.into_model(),
+            Shape::V1_1 => decode_result::<ResultV1_1>(text).map_err(bad)?.into_model(),
         };
-        let shape = shape(version)?;
-        parse_shaped(value, shape).map_err(|msg| Error::decode("CNI result", msg))
+        parsed.map_err(|msg| Error::decode("CNI result", msg))
     }
 
     /// The result as JSON text in `version`'s layout.
     pub fn to_json(&self, version: &str) -> Result<String> {
-        let wire = self.wire(version)?;
-        serde_json::to_string(&wire).map_err(|e| Error::decode("CNI result", e.to_string()))
+        let text = match shape(version)? {
+            Shape::Legacy => serde_json::to_string(&ResultV0_4::from_model(self, version)),
+            Shape::V1_0 => serde_json::to_string(&ResultV1_0::from_model(self, version)),
+            Shape::V1_1 => serde_json::to_string(&ResultV1_1::from_model(self, version)),
+        };
+        text.map_err(|e| Error::decode("CNI result", e.to_string()))
     }
 
     pub fn to_value(&self, version: &str) -> Result<Value> {
-        let wire = self.wire(version)?;
-        serde_json::to_value(&wire).map_err(|e| Error::decode("CNI result", e.to_string()))
+        let value = match shape(version)? {
+            Shape::Legacy => serde_json::to_value(ResultV0_4::from_model(self, version)),
+            Shape::V1_0 => serde_json::to_value(ResultV1_0::from_model(self, version)),
+            Shape::V1_1 => serde_json::to_value(ResultV1_1::from_model(self, version)),
+        };
+        value.map_err(|e| Error::decode("CNI result", e.to_string()))
+    }
+}
+
+/// 0.3.0, 0.3.1 and 0.4.0: each IP states its family in `version`.
+type ResultV0_4 = WireResult<InterfaceV0, IpV0, RouteV0>;
+/// 1.0.0 drops the IP's `version`.
+type ResultV1_0 = WireResult<InterfaceV0, IpV1, RouteV0>;
+/// 1.1.0 adds interface `mtu`, `socketPath`, `pciID` and route `mtu`, `advmss`, `priority`,
+/// `table`, `scope`.
+type ResultV1_1 = WireResult<InterfaceV1_1, IpV1, RouteV1_1>;
+
+// Field order follows the reference implementation's types so output diffs cleanly against
+// other plugins'. Fields a version does not define are neither read nor written in it.
+#[derive(Serialize, Deserialize)]
+#[serde(bound(deserialize = "I: Deserialize<'de>, P: Deserialize<'de>, R: Deserialize<'de>"))]
+struct WireResult<I, P, R> {
+    /// Read apart (`VersionPeek`), since it decides this type.
+    #[serde(rename = "cniVersion", skip_deserializing)]
+    cni_version: String,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    interfaces: Vec<I>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    ips: Vec<P>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    routes: Vec<R>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Dns::is_empty"
+    )]
+    dns: Dns,
+}
+
+/// One item of a result in one version's layout; `path` names it in messages.
+trait WireItem<Model>: Sized {
+    fn from_model(model: &Model) -> Self;
+    fn into_model(self, path: &str) -> std::result::Result<Model, String>;
+}
+
+impl<I, P, R> WireResult<I, P, R>
+where
+    I: WireItem<Interface>,
+    P: WireItem<IpConfig>,
+    R: WireItem<Route>,
+{
+    fn from_model(result: &CniResult, version: &str) -> Self {
+        WireResult {
+            cni_version: version.to_string(),
+            interfaces: result.interfaces.iter().map(I::from_model).collect(),
+            ips: result.ips.iter().map(P::from_model).collect(),
+            routes: result.routes.iter().map(R::from_model).collect(),
+            dns: result.dns.clone(),
+        }
     }
 
-    fn wire<'a>(&'a self, version: &'a str) -> Result<WireResult<'a>> {
-        let shape = shape(version)?;
-        let v1_1 = shape == Shape::V1_1;
-        let nonempty = |s: &'a Option<String>| s.as_deref().filter(|s| !s.is_empty());
-        Ok(WireResult {
-            cni_version: version,
-            interfaces: self
-                .interfaces
-                .iter()
-                .map(|i| WireInterface {
-                    name: &i.name,
-                    mac: nonempty(&i.mac),
-                    mtu: i.mtu.filter(|_| v1_1),
-                    sandbox: nonempty(&i.sandbox),
-                    socket_path: nonempty(&i.socket_path).filter(|_| v1_1),
-                    pci_id: nonempty(&i.pci_id).filter(|_| v1_1),
-                })
-                .collect(),
-            ips: self
-                .ips
-                .iter()
-                .map(|ip| WireIp {
-                    version: (shape == Shape::Legacy).then_some(if ip.address.is_ipv4() {
-                        "4"
-                    } else {
-                        "6"
-                    }),
-                    interface: ip.interface,
-                    address: ip.address.to_string(),
-                    gateway: ip.gateway.map(|g| g.to_string()),
-                })
-                .collect(),
-            routes: self
-                .routes
-                .iter()
-                .map(|r| WireRoute {
-                    dst: r.dst.to_string(),
-                    gw: r.gw.map(|g| g.to_string()),
-                    mtu: r.mtu.filter(|_| v1_1),
-                    advmss: r.advmss.filter(|_| v1_1),
-                    priority: r.priority.filter(|_| v1_1),
-                    table: r.table.filter(|_| v1_1),
-                    scope: r.scope.filter(|_| v1_1),
-                })
-                .collect(),
-            dns: &self.dns,
+    fn into_model(self) -> std::result::Result<CniResult, String> {
+        fn items<W: WireItem<M>, M>(
+            list: Vec<W>,
+            name: &str,
+        ) -> std::result::Result<Vec<M>, String> {
+            list.into_iter()
+                .enumerate()
+                .map(|(i, item)| item.into_model(&format!("{name}[{i}]")))
+                .collect()
+        }
+        let interfaces = items(self.interfaces, "interfaces")?;
+        let ips: Vec<IpConfig> = items(self.ips, "ips")?;
+        for (i, ip) in ips.iter().enumerate() {
+            match ip.interface {
+                Some(idx) if idx >= interfaces.len() => {
+                    return Err(format!(
+                        "ips[{i}].interface is {idx} but there are {} interfaces",
+                        interfaces.len()
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(CniResult {
+            interfaces,
+            ips,
+            routes: items(self.routes, "routes")?,
+            dns: self.dns,
         })
     }
 }
 
-// Field order follows the reference implementation's types so output diffs cleanly against
-// other plugins'.
-#[derive(Serialize)]
-struct WireResult<'a> {
-    #[serde(rename = "cniVersion")]
-    cni_version: &'a str,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    interfaces: Vec<WireInterface<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    ips: Vec<WireIp>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    routes: Vec<WireRoute>,
-    #[serde(skip_serializing_if = "Dns::is_empty")]
-    dns: &'a Dns,
+/// Empty strings are written as absent and read as absent.
+fn nonempty(s: &Option<String>) -> Option<String> {
+    s.clone().filter(|s| !s.is_empty())
 }
 
-#[derive(Serialize)]
-struct WireInterface<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mac: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct InterfaceV0 {
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
+}
+
+impl WireItem<Interface> for InterfaceV0 {
+    fn from_model(i: &Interface) -> Self {
+        InterfaceV0 {
+            name: i.name.clone(),
+            mac: nonempty(&i.mac),
+            sandbox: nonempty(&i.sandbox),
+        }
+    }
+    fn into_model(self, _: &str) -> std::result::Result<Interface, String> {
+        Ok(Interface {
+            name: self.name,
+            mac: nonempty(&self.mac),
+            sandbox: nonempty(&self.sandbox),
+            ..Interface::default()
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct InterfaceV1_1 {
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sandbox: Option<&'a str>,
-    #[serde(rename = "socketPath", skip_serializing_if = "Option::is_none")]
-    socket_path: Option<&'a str>,
-    #[serde(rename = "pciID", skip_serializing_if = "Option::is_none")]
-    pci_id: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
+    #[serde(
+        rename = "socketPath",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    socket_path: Option<String>,
+    #[serde(rename = "pciID", default, skip_serializing_if = "Option::is_none")]
+    pci_id: Option<String>,
 }
 
-#[derive(Serialize)]
-struct WireIp {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    version: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+impl WireItem<Interface> for InterfaceV1_1 {
+    fn from_model(i: &Interface) -> Self {
+        InterfaceV1_1 {
+            name: i.name.clone(),
+            mac: nonempty(&i.mac),
+            mtu: i.mtu,
+            sandbox: nonempty(&i.sandbox),
+            socket_path: nonempty(&i.socket_path),
+            pci_id: nonempty(&i.pci_id),
+        }
+    }
+    fn into_model(self, _: &str) -> std::result::Result<Interface, String> {
+        Ok(Interface {
+            name: self.name,
+            mac: nonempty(&self.mac),
+            mtu: self.mtu,
+            sandbox: nonempty(&self.sandbox),
+            socket_path: nonempty(&self.socket_path),
+            pci_id: nonempty(&self.pci_id),
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct IpV0 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     interface: Option<usize>,
-    address: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gateway: Option<String>,
+    address: Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gateway: Option<Ip>,
 }
 
-#[derive(Serialize)]
-struct WireRoute {
-    dst: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gw: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+impl WireItem<IpConfig> for IpV0 {
+    fn from_model(ip: &IpConfig) -> Self {
+        let family = if ip.address.is_ipv4() { "4" } else { "6" };
+        IpV0 {
+            version: Some(family.into()),
+            interface: ip.interface,
+            address: Cidr(ip.address),
+            gateway: ip.gateway.map(Ip),
+        }
+    }
+    fn into_model(self, path: &str) -> std::result::Result<IpConfig, String> {
+        let address = self.address.0;
+        // The family is stated twice here; a disagreement means a broken producer.
+        match self.version.as_deref() {
+            None => {}
+            Some("4") if address.is_ipv4() => {}
+            Some("6") if address.is_ipv6() => {}
+            Some(v @ ("4" | "6")) => {
+                return Err(format!(
+                    "{path}.version is {v:?} but address {address} is IPv{}",
+                    if address.is_ipv4() { 4 } else { 6 }
+                ))
+            }
+            Some(v) => return Err(format!("{path}.version must be \"4\" or \"6\", got {v:?}")),
+        }
+        Ok(IpConfig {
+            address,
+            gateway: self.gateway.map(|g| g.0),
+            interface: self.interface,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct IpV1 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    interface: Option<usize>,
+    address: Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gateway: Option<Ip>,
+}
+
+impl WireItem<IpConfig> for IpV1 {
+    fn from_model(ip: &IpConfig) -> Self {
+        IpV1 {
+            interface: ip.interface,
+            address: Cidr(ip.address),
+            gateway: ip.gateway.map(Ip),
+        }
+    }
+    fn into_model(self, _: &str) -> std::result::Result<IpConfig, String> {
+        Ok(IpConfig {
+            address: self.address.0,
+            gateway: self.gateway.map(|g| g.0),
+            interface: self.interface,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct RouteV0 {
+    dst: Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gw: Option<Ip>,
+}
+
+impl WireItem<Route> for RouteV0 {
+    fn from_model(r: &Route) -> Self {
+        RouteV0 {
+            dst: Cidr(r.dst),
+            gw: r.gw.map(Ip),
+        }
+    }
+    fn into_model(self, _: &str) -> std::result::Result<Route, String> {
+        Ok(Route::new(self.dst.0, self.gw.map(|g| g.0)))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self")]
+struct RouteV1_1 {
+    dst: Cidr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gw: Option<Ip>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     mtu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     advmss: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     table: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     scope: Option<u8>,
 }
 
-type Parsed<T> = std::result::Result<T, String>;
-
-fn parse_shaped(value: &Value, shape: Shape) -> Parsed<CniResult> {
-    let top = object(value, "result")?;
-    let v1_1 = shape == Shape::V1_1;
-
-    let mut interfaces = Vec::new();
-    for (i, item) in list(top, "interfaces", "")?.iter().enumerate() {
-        let path = format!("interfaces[{i}]");
-        let obj = object(item, &path)?;
-        let name =
-            opt_str(obj, "name", &path)?.ok_or_else(|| format!("{path}.name is required"))?;
-        let only_1_1 = |key: &str| -> Parsed<Option<String>> {
-            if v1_1 {
-                opt_str(obj, key, &path)
-            } else {
-                Ok(None)
-            }
-        };
-        interfaces.push(Interface {
-            name,
-            mac: opt_str(obj, "mac", &path)?.filter(|s| !s.is_empty()),
-            mtu: if v1_1 {
-                opt_u32(obj, "mtu", &path)?
-            } else {
-                None
-            },
-            sandbox: opt_str(obj, "sandbox", &path)?.filter(|s| !s.is_empty()),
-            socket_path: only_1_1("socketPath")?.filter(|s| !s.is_empty()),
-            pci_id: only_1_1("pciID")?.filter(|s| !s.is_empty()),
-        });
-    }
-
-    let mut ips = Vec::new();
-    for (i, item) in list(top, "ips", "")?.iter().enumerate() {
-        let path = format!("ips[{i}]");
-        let obj = object(item, &path)?;
-        let address = opt_str(obj, "address", &path)?
-            .ok_or_else(|| format!("{path}.address is required"))
-            .and_then(|a| parse_cidr(&a).ok_or_else(|| bad_cidr(&path, "address", &a)))?;
-        if shape == Shape::Legacy {
-            // Up to 0.4.0 the family is stated twice; a disagreement means a broken producer.
-            match opt_str(obj, "version", &path)?.as_deref() {
-                None => {}
-                Some("4") if address.is_ipv4() => {}
-                Some("6") if address.is_ipv6() => {}
-                Some(v @ ("4" | "6")) => {
-                    return Err(format!(
-                        "{path}.version is {v:?} but address {address} is IPv{}",
-                        if address.is_ipv4() { 4 } else { 6 }
-                    ))
-                }
-                Some(v) => return Err(format!("{path}.version must be \"4\" or \"6\", got {v:?}")),
-            }
+impl WireItem<Route> for RouteV1_1 {
+    fn from_model(r: &Route) -> Self {
+        RouteV1_1 {
+            dst: Cidr(r.dst),
+            gw: r.gw.map(Ip),
+            mtu: r.mtu,
+            advmss: r.advmss,
+            priority: r.priority,
+            table: r.table,
+            scope: r.scope,
         }
-        let interface = match obj.get("interface") {
-            None | Some(Value::Null) => None,
-            Some(v) => {
-                let idx = v
-                    .as_u64()
-                    .ok_or_else(|| format!("{path}.interface must be a non-negative integer"))?;
-                if idx >= interfaces.len() as u64 {
-                    return Err(format!(
-                        "{path}.interface is {idx} but there are {} interfaces",
-                        interfaces.len()
-                    ));
-                }
-                Some(idx as usize)
-            }
-        };
-        ips.push(IpConfig {
-            address,
-            gateway: opt_ip(obj, "gateway", &path)?,
-            interface,
-        });
     }
-
-    let mut routes = Vec::new();
-    for (i, item) in list(top, "routes", "")?.iter().enumerate() {
-        let path = format!("routes[{i}]");
-        let obj = object(item, &path)?;
-        let dst = opt_str(obj, "dst", &path)?
-            .ok_or_else(|| format!("{path}.dst is required"))
-            .and_then(|d| parse_cidr(&d).ok_or_else(|| bad_cidr(&path, "dst", &d)))?;
-        let mut route = Route::new(dst, opt_ip(obj, "gw", &path)?);
-        if v1_1 {
-            route.mtu = opt_u32(obj, "mtu", &path)?;
-            route.advmss = opt_u32(obj, "advmss", &path)?;
-            route.priority = opt_u32(obj, "priority", &path)?;
-            route.table = opt_u32(obj, "table", &path)?;
-            route.scope = match opt_u32(obj, "scope", &path)? {
-                None => None,
-                Some(s) => {
-                    Some(u8::try_from(s).map_err(|_| format!("{path}.scope {s} is above 255"))?)
-                }
-            };
-        }
-        routes.push(route);
+    fn into_model(self, _: &str) -> std::result::Result<Route, String> {
+        Ok(Route {
+            dst: self.dst.0,
+            gw: self.gw.map(|g| g.0),
+            mtu: self.mtu,
+            advmss: self.advmss,
+            priority: self.priority,
+            table: self.table,
+            scope: self.scope,
+        })
     }
+}
 
-    let dns = match top.get("dns") {
-        None | Some(Value::Null) => Dns::default(),
-        Some(v) => Dns::from_value(v, "dns")?,
-    };
+objects_only!(VersionPeek);
+objects_only!(
+    ser: Dns,
+    InterfaceV0,
+    InterfaceV1_1,
+    IpV0,
+    IpV1,
+    RouteV0,
+    RouteV1_1
+);
 
-    Ok(CniResult {
-        interfaces,
-        ips,
-        routes,
-        dns,
-    })
+/// An `address/prefix` string on the wire.
+struct Cidr(IpNetwork);
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_cidr(&text).map(Cidr).ok_or_else(|| {
+            serde::de::Error::custom(format!("{text:?} is not an address/prefix (CIDR)"))
+        })
+    }
+}
+
+/// An IP address string on the wire.
+struct Ip(IpAddr);
+
+impl Serialize for Ip {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ip {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        IpAddr::from_str(&text)
+            .map(Ip)
+            .map_err(|_| serde::de::Error::custom(format!("{text:?} is not an IP address")))
+    }
 }
 
 /// `addr/prefix` with a numeric prefix; ipnetwork alone would also take a bare address or a
@@ -385,78 +552,6 @@ pub fn parse_cidr(text: &str) -> Option<IpNetwork> {
         return None;
     }
     IpNetwork::new(IpAddr::from_str(addr).ok()?, prefix.parse().ok()?).ok()
-}
-
-fn bad_cidr(path: &str, key: &str, text: &str) -> String {
-    format!("{path}.{key} {text:?} is not an address/prefix (CIDR)")
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-fn object<'a>(value: &'a Value, path: &str) -> Parsed<&'a Map<String, Value>> {
-    value
-        .as_object()
-        .ok_or_else(|| format!("{path} must be an object, got {value}"))
-}
-
-fn list<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Parsed<&'a [Value]> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(items)) => Ok(items),
-        Some(other) => Err(format!("{} must be an array, got {other}", join(path, key))),
-    }
-}
-
-fn opt_str(obj: &Map<String, Value>, key: &str, path: &str) -> Parsed<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{} must be a string, got {other}", join(path, key))),
-    }
-}
-
-fn str_list(obj: &Map<String, Value>, key: &str, path: &str) -> Parsed<Vec<String>> {
-    list(obj, key, path)?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("{}[{i}] must be a string, got {v}", join(path, key)))
-        })
-        .collect()
-}
-
-fn opt_u32(obj: &Map<String, Value>, key: &str, path: &str) -> Parsed<Option<u32>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                format!(
-                    "{} must be an integer from 0 to {}, got {v}",
-                    join(path, key),
-                    u32::MAX
-                )
-            }),
-    }
-}
-
-fn opt_ip(obj: &Map<String, Value>, key: &str, path: &str) -> Parsed<Option<IpAddr>> {
-    match opt_str(obj, key, path)? {
-        None => Ok(None),
-        Some(text) => IpAddr::from_str(&text)
-            .map(Some)
-            .map_err(|_| format!("{} {text:?} is not an IP address", join(path, key))),
-    }
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     };
     let mut att = Attachment {
         rdma: Some(rec),
-        ..Attachment::adding(req, pc.mode, &netns, key, host)
+        ..Attachment::adding(req, pc.mode.kind(), &netns, key, host)
     };
     let mut plan = Plan::new(ctx.fault.clone());
     match steps(ctx, req, &netns, &mut att, &mut plan) {

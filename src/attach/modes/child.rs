@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::attach::addresses::configure_pod_interface;
-use crate::attach::config::{IpoibModeConf, PluginConf};
+use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
 use crate::attach::gids;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::plan::Plan;
@@ -65,7 +65,7 @@ fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
                 "mode {} needs `master` (the parent netdev, e.g. {}), `rdmaDevice` (its ib \
                  device) or a device plugin's PCI deviceID{}",
                 pc.mode.as_str(),
-                if pc.mode == crate::attach::config::Mode::Ipoib {
+                if pc.mode.kind() == crate::attach::config::Mode::Ipoib {
                     "ib0"
                 } else {
                     "ens1f0np0"
@@ -132,7 +132,10 @@ pub fn plan_macvlan(parent: &Link, pc: &PluginConf, mac: Option<Vec<u8>>) -> Res
             ));
         }
     }
-    let mode = pc.child.macvlan_mode.unwrap_or(MacvlanMode::Bridge);
+    let mode = match &pc.mode {
+        ModeConf::Macvlan(c) => c.macvlan_mode,
+        _ => MacvlanMode::Bridge,
+    };
     // The address is decided here, before the intent record, so that the record identifies the
     // child from its first instant: a plugin killed right after the create still leaves DEL the
     // address to find it by. A passthru child takes its parent's address (and setting one would
@@ -201,7 +204,11 @@ pub fn plan_ipoib(parent: &Link, pc: &PluginConf) -> Result<ChildPlan> {
         )));
     }
     let cm_capable = parent.hwaddr[0] & 0x80 != 0;
-    let requested = pc.child.ipoib_mode.unwrap_or(IpoibModeConf::Auto);
+    let settings = match &pc.mode {
+        ModeConf::Ipoib(c) => c.clone(),
+        _ => IpoibConf::default(),
+    };
+    let requested = settings.ipoib_mode;
     let connected = match requested {
         IpoibModeConf::Connected if !cm_capable => {
             return Err(Error::ParentUnsuitable(format!(
@@ -239,13 +246,13 @@ pub fn plan_ipoib(parent: &Link, pc: &PluginConf) -> Result<ChildPlan> {
     };
     Ok(ChildPlan {
         kind: LinkKind::Ipoib {
-            pkey: pc.child.pkey,
+            pkey: settings.pkey,
             mode: Some(if connected {
                 IPOIB_MODE_CONNECTED
             } else {
                 IPOIB_MODE_DATAGRAM
             }),
-            umcast: pc.child.umcast.map(u16::from),
+            umcast: settings.umcast.map(u16::from),
         },
         mtu: Some(mtu),
         hwaddr: None,
@@ -260,6 +267,10 @@ pub fn plan_ipoib(parent: &Link, pc: &PluginConf) -> Result<ChildPlan> {
 /// The MAC for a macvlan child: runtimeConfig.mac (the `mac` capability), then CNI_ARGS MAC (as
 /// podman sends it), then the conf's `mac`.
 fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
+    let configured = match &pc.mode {
+        ModeConf::Macvlan(c) => c.mac.clone(),
+        _ => None,
+    };
     if req
         .conf
         .runtime_config
@@ -267,12 +278,12 @@ fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
         .as_deref()
         .is_some_and(|m| !m.is_empty())
     {
-        return Ok(pc.child.mac.clone());
+        return Ok(configured.clone());
     }
     if let Some(text) = req.env.args.mac()? {
         return crate::attach::config::parse_unicast_mac("CNI_ARGS MAC", &text).map(Some);
     }
-    Ok(pc.child.mac.clone())
+    Ok(configured.clone())
 }
 
 pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
@@ -321,7 +332,7 @@ impl<'a> ChildAdd<'a> {
         let parent = select_parent(ctx.kernel, ctx.sys, selectors)?;
         refuse_exclusive_netns_mode(ctx, pc, &parent)?;
         let child = match pc.mode {
-            crate::attach::config::Mode::Ipoib => plan_ipoib(&parent, pc)?,
+            ModeConf::Ipoib(_) => plan_ipoib(&parent, pc)?,
             _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
         };
         if let Some(existing) = ctx
@@ -354,10 +365,10 @@ impl<'a> ChildAdd<'a> {
                 macvlan_mode: None,
                 summary: child.summary.clone(),
             }),
-            ..Attachment::adding(req, pc.mode, netns, device_key, host)
+            ..Attachment::adding(req, pc.mode.kind(), netns, device_key, host)
         };
-        let roce_ports = match (pc.mode, pc.rdma) {
-            (crate::attach::config::Mode::Macvlan, r) if r != RdmaConf::Off => {
+        let roce_ports = match (&pc.mode, pc.rdma) {
+            (ModeConf::Macvlan(_), r) if r != RdmaConf::Off => {
                 gids::roce_ports_of(ctx.sys, &parent.name)?
             }
             _ => Vec::new(),

@@ -139,7 +139,7 @@ impl<'a> MoveAdd<'a> {
         };
         let mut att = Attachment {
             rdma: ib,
-            ..Attachment::adding(req, pc.mode, netns, key, host)
+            ..Attachment::adding(req, pc.mode.kind(), netns, key, host)
         };
         // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the
         // pod (exclusive), or on the host's ib device that lists the pod netdev by its pod name

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 
-use crate::attach::config::{IpoibModeConf, PluginConf};
+use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
 use crate::attach::modes::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
 use crate::attach::state::Store;
 use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
@@ -143,7 +143,8 @@ fn ipoib_pkey_and_umcast_reach_the_request() {
     );
     assert!(p.summary.contains("datagram"), "{}", p.summary);
     let default = pc(serde_json::json!({"mode": "ipoib"}));
-    assert_eq!(default.child.ipoib_mode, Some(IpoibModeConf::Auto));
+    assert_eq!(default.mode, ModeConf::Ipoib(IpoibConf::default()));
+    assert_eq!(IpoibConf::default().ipoib_mode, IpoibModeConf::Auto);
     let p = plan_ipoib(&ib_parent(0x80, 2044, true), &default).unwrap();
     assert!(
         matches!(p.kind, LinkKind::Ipoib { pkey: None, .. }),
