@@ -25,11 +25,11 @@ use std::sync::{Mutex, MutexGuard};
 use nix::errno::Errno;
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::{major, minor, stat, SFlag};
-use rdma_ns::kernel::rdma::{
+use rdma_ns::kernel::nldev::{NetnsMode, RdmaNetlink};
+use rdma_ns::kernel::sysfs::SysRoot;
+use rdma_ns::kernel::topology::{
     CharDevKind, GidType, IbParent, IbPortRef, LinkLayer, NetdevLink, RdmaSysfs,
 };
-use rdma_ns::kernel::rdma_nl::{NetnsMode, RdmaNetlink};
-use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::kernel::Netns;
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -20,7 +20,7 @@ use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
 use crate::kernel::{
     format_hwaddr, Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns,
 };

@@ -10,7 +10,7 @@ use crate::attach::state::Attachment;
 use crate::attach::Ctx;
 use crate::cni::Request;
 use crate::error::{Error, Result};
-use crate::kernel::rdma::RdmaSysfs;
+use crate::kernel::topology::RdmaSysfs;
 
 /// The permission changes recorded by every other attachment on this node: a node they changed
 /// is restored only when the last of them is released (rdma_cm is node-wide).

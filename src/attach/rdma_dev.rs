@@ -10,10 +10,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::sysfs::SysRoot;
+use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::{format_hwaddr, KernelError, Link, LinkChange, NetOps, Ns};
 
 /// Conf `rdma`.

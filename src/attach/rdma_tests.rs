@@ -12,8 +12,8 @@ use crate::attach::state::Store;
 use crate::attach::{move_dev, Ctx};
 use crate::cni::env::RawEnv;
 use crate::cni::{Command, NetConf, Request};
-use crate::kernel::rdma::fixtures::SysfsFixture;
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
+use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::kernel::{parse_hwaddr, Link};
 use crate::testutil::TempDir;
 

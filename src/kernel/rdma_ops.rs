@@ -5,7 +5,7 @@ use std::cell::OnceCell;
 
 use nix::errno::Errno;
 
-use crate::kernel::rdma_nl::{NetnsMode, RdmaNetlink};
+use crate::kernel::nldev::{NetnsMode, RdmaNetlink};
 use crate::kernel::{KResult, KernelError, Netns, Ns};
 
 pub trait RdmaOps {

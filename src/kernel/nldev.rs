@@ -22,7 +22,7 @@ use netlink_sys::{Socket, SocketAddr};
 use crate::kernel::netlink::{parse_done, parse_error};
 use nix::libc;
 
-use super::rdma::Guid;
+use super::topology::Guid;
 use super::{KResult, KernelError, Netns, Ns};
 
 /// linux/netlink.h

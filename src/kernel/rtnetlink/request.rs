@@ -24,7 +24,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use crate::kernel::{LinkKind, MacvlanMode, RouteSpec};
 
 /// A message and the NLM_F_* flags it goes out with (NLM_F_REQUEST and, for non-dumps,
-/// NLM_F_ACK are added by [`frame`](super::socket::frame)).
+/// NLM_F_ACK are added by [`frame`](crate::kernel::netlink::frame)).
 pub type Request = (RouteNetlinkMessage, u16);
 
 /// IFLA_ALT_IFNAME (linux/if_link.h).
@@ -320,7 +320,7 @@ pub fn del_route(route: &RouteSpec) -> Request {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::netlink::socket::frame;
+    use crate::kernel::netlink::frame;
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
