@@ -275,9 +275,20 @@ impl KernelError {
         }
     }
 
-    pub fn with_ext_ack(mut self, msg: Option<String>) -> Self {
-        self.ext_ack = msg;
-        self
+    /// A netlink request that the kernel refused or answered with something undecodable.
+    pub fn netlink(
+        op: impl Into<String>,
+        target: impl Into<String>,
+        netns: impl fmt::Display,
+        e: netlink::NlError,
+    ) -> Self {
+        KernelError {
+            op: op.into(),
+            target: target.into(),
+            netns: netns.to_string(),
+            errno: e.errno,
+            ext_ack: e.ext_ack,
+        }
     }
 
     pub fn is_errno(&self, errno: nix::errno::Errno) -> bool {

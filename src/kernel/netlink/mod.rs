@@ -1,7 +1,15 @@
-//! The netlink transport, shared by every netlink family the plugin speaks.
+//! The netlink transport, one for every family the plugin speaks: NETLINK_ROUTE
+//! ([`rtnetlink`](super::rtnetlink)) and NETLINK_RDMA ([`nldev`](super::nldev)).
+//!
+//! [`NlSocket`] sends one request at a time and collects its replies; a family only
+//! encodes requests and decodes the payloads of [`Reply`]. Replies come back raw so that a
+//! family decodes only the attributes it needs: an attribute a newer kernel encodes
+//! differently than a crate expects cannot make a whole request or dump fail.
 
-pub(crate) mod socket;
+mod message;
+mod socket;
 
-pub use self::socket::{
-    align4, frame, parse_done, parse_error, NlError, NlSocket, Reply, NLMSGERR_ATTR_MSG,
+pub use self::message::{
+    align4, messages, parse_done, parse_error, NlError, Reply, ReplyMsg, NLMSGERR_ATTR_MSG,
 };
+pub use self::socket::{NlSocket, Protocol, Rdma, Route};

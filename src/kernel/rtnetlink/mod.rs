@@ -3,8 +3,9 @@
 //! One socket per namespace. A netlink socket acts in the namespace it was created in, so
 //! the host socket is opened at construction and each pod's socket is created once, by a
 //! bare socket(2) while the thread is briefly inside the pod's namespace ([`Netns::run_in`]),
-//! then configured and used from the host namespace. An open socket holds a reference on its namespace, so the namespace (and the
-//! nsfs inode the cache is keyed by) cannot be freed and reused while it is cached.
+//! then configured and used from the host namespace. An open socket holds a reference on its
+//! namespace, so the namespace (and the nsfs inode the cache is keyed by) cannot be freed and
+//! reused while it is cached.
 
 mod decode;
 mod request;
@@ -19,7 +20,7 @@ use ipnetwork::IpNetwork;
 use nix::libc;
 
 use self::request::{CreateLink, SetLink};
-use super::netlink::{NlError, NlSocket, Reply};
+use super::netlink::{NlError, NlSocket, Reply, Route};
 use super::{
     format_hwaddr, KResult, KernelError, Link, LinkChange, NetOps, Netns, NewLink, Ns, RouteSpec,
 };
@@ -33,11 +34,11 @@ const ALTIFNAME_MAX: usize = 127;
 
 /// [`NetOps`] against the running kernel.
 pub struct RealKernel {
-    host: RefCell<NlSocket>,
+    host: RefCell<NlSocket<Route>>,
     /// The namespace the plugin started in, held open so a link can be moved back to it
     /// by fd (IFLA_NET_NS_FD) from a socket inside a pod.
     host_ns: Netns,
-    pods: RefCell<HashMap<(u64, u64), NlSocket>>,
+    pods: RefCell<HashMap<(u64, u64), NlSocket<Route>>>,
 }
 
 impl RealKernel {
@@ -55,7 +56,7 @@ impl RealKernel {
     fn with_socket<T>(
         &self,
         ns: Ns<'_>,
-        f: impl FnOnce(&mut NlSocket) -> Result<T, NlError>,
+        f: impl FnOnce(&mut NlSocket<Route>) -> Result<T, NlError>,
     ) -> Result<T, NlError> {
         match ns {
             Ns::Host => f(&mut self.host.borrow_mut()),
@@ -66,14 +67,11 @@ impl RealKernel {
                 let mut pods = self.pods.borrow_mut();
                 let sock = match pods.entry(key) {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => e.insert(
-                        netns
-                            .run_in(&self.host_ns, NlSocket::create)
-                            .and_then(NlSocket::configure)
-                            .map_err(|e| {
-                                io_error("cannot open a netlink socket inside the namespace", e)
-                            })?,
-                    ),
+                    Entry::Vacant(e) => {
+                        e.insert(NlSocket::open_in(netns, &self.host_ns).map_err(|e| {
+                            io_error("cannot open a netlink socket inside the namespace", e)
+                        })?)
+                    }
                 };
                 f(sock)
             }
@@ -82,7 +80,9 @@ impl RealKernel {
 
     fn request(&self, ns: Ns<'_>, req: request::Request) -> Result<Vec<Reply>, NlError> {
         let (msg, flags) = req;
-        self.with_socket(ns, |sock| sock.request(msg, flags))
+        self.with_socket(ns, |sock| {
+            sock.request(|seq| request::frame(msg.clone(), flags, seq))
+        })
     }
 
     fn decode_links(replies: &[Reply]) -> Result<Vec<Link>, NlError> {
@@ -140,7 +140,7 @@ fn kernel_error(
     ns: Ns<'_>,
     e: NlError,
 ) -> KernelError {
-    KernelError::new(op, target, ns, e.errno).with_ext_ack(e.ext_ack)
+    KernelError::netlink(op, target, ns, e)
 }
 
 fn change_text(change: &LinkChange<'_>) -> String {
@@ -229,9 +229,10 @@ impl NetOps for RealKernel {
         let (msg, flags) = request::dump_links();
         let replies = self
             .with_socket(ns, |sock| {
-                sock.request_keeping(msg, flags, |kind, payload| {
-                    kind == RTM_NEWLINK && decode::link_has_hwaddr(payload, addr)
-                })
+                sock.request_keeping(
+                    |seq| request::frame(msg.clone(), flags, seq),
+                    |kind, payload| kind == RTM_NEWLINK && decode::link_has_hwaddr(payload, addr),
+                )
             })
             .map_err(fail)?;
         Self::decode_links(&replies).map_err(fail)
