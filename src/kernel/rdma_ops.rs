@@ -3,6 +3,8 @@
 //! [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one socket.
 
 use std::cell::{OnceCell, RefCell};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
@@ -26,18 +28,54 @@ pub trait RdmaOps {
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
 }
 
-/// RDMA netlink for real: a socket per request, opened in the namespace it acts in.
+/// RDMA netlink for real, with one socket per namespace, as [`RealKernel`] keeps them: the
+/// host's is opened on first use in the calling thread's namespace, a pod's by a socket(2)
+/// with the thread briefly inside the pod's namespace ([`Netns::run_in`]). An open socket
+/// holds a reference on its namespace, so the nsfs inode the cache is keyed by cannot be
+/// reused while it is cached.
+///
+/// [`RealKernel`]: crate::kernel::rtnetlink::RealKernel
 #[derive(Default)]
 pub struct RealRdma {
     host_ns: OnceCell<Netns>,
+    host: OnceCell<RdmaNetlink>,
+    pods: RefCell<HashMap<(u64, u64), RdmaNetlink>>,
 }
 
 impl RealRdma {
-    fn socket(&self, ns: Ns<'_>) -> KResult<RdmaNetlink> {
+    /// Runs `f` with the socket of `ns`, opening it on first use. Errors name `ns` as the
+    /// caller named it, whichever handle opened the cached socket.
+    fn with_socket<T>(&self, ns: Ns<'_>, f: impl FnOnce(&RdmaNetlink) -> KResult<T>) -> KResult<T> {
+        let relabel = |mut e: KernelError| {
+            e.netns = ns.to_string();
+            e
+        };
         match ns {
-            Ns::Host => RdmaNetlink::open(),
-            Ns::Pod(n) => RdmaNetlink::open_in(n, self.host_netns()?),
+            Ns::Host => f(self.host_socket()?),
+            Ns::Pod(netns) => {
+                let key = netns.identity().map_err(|e| {
+                    KernelError::new(
+                        "identify the netns (fstat on its fd)",
+                        "rdma subsystem",
+                        ns,
+                        e.raw_os_error().unwrap_or(0),
+                    )
+                })?;
+                let mut pods = self.pods.borrow_mut();
+                let sock = match pods.entry(key) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(RdmaNetlink::open_in(netns, self.host_netns()?)?),
+                };
+                f(sock).map_err(relabel)
+            }
         }
+    }
+
+    fn host_socket(&self) -> KResult<&RdmaNetlink> {
+        if self.host.get().is_none() {
+            let _ = self.host.set(RdmaNetlink::open()?);
+        }
+        Ok(self.host.get().expect("set above"))
     }
 
     fn host_netns(&self) -> KResult<&Netns> {
@@ -58,7 +96,7 @@ impl RealRdma {
 
 impl RdmaOps for RealRdma {
     fn netns_mode(&self) -> KResult<Option<NetnsMode>> {
-        match RdmaNetlink::open() {
+        match self.host_socket() {
             Ok(s) => s.get_netns_mode().map(Some),
             Err(e) if e.is_errno(Errno::EPROTONOSUPPORT) => Ok(None),
             Err(e) => Err(e),
@@ -66,19 +104,19 @@ impl RdmaOps for RealRdma {
     }
 
     fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>> {
-        Ok(self.socket(ns)?.device_by_name(name)?.map(|d| d.index))
+        self.with_socket(ns, |s| Ok(s.device_by_name(name)?.map(|d| d.index)))
     }
 
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
-        let sock = self.socket(ns)?;
-        match target {
-            Ns::Host => sock.move_device_to_netns(index, self.host_netns()?.fd()),
-            Ns::Pod(n) => sock.move_device_to_netns(index, n.fd()),
-        }
+        let target_fd = match target {
+            Ns::Host => self.host_netns()?.fd(),
+            Ns::Pod(n) => n.fd(),
+        };
+        self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd))
     }
 
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
-        Ok(self.socket(ns)?.port(index, port)?.state)
+        self.with_socket(ns, |s| Ok(s.port(index, port)?.state))
     }
 }
 
