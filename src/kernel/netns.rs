@@ -109,8 +109,9 @@ impl Netns {
     /// panic, and `f` does not panic). If switching back fails the process aborts at once:
     /// continuing in the wrong namespace could change the wrong devices, while an abort
     /// before anything was changed is an ordinary failed invocation for the runtime. (This
-    /// replaces a short-lived thread per pod socket, whose spawn and join cost from 0.04 ms to
-    /// over 10 ms in scheduler hand-offs on the 2-core benchmark machine under load.)
+    /// replaces a short-lived thread per pod socket: its spawn and join wait on the scheduler,
+    /// which on a loaded machine costs far more than the two setns calls; tests/README.md,
+    /// "Measured once".)
     pub fn run_in<T>(&self, home: &Netns, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         setns(self.fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
         let out = f();
