@@ -134,15 +134,6 @@ fn io_error(what: &str, e: io::Error) -> NlError {
     )
 }
 
-fn kernel_error(
-    op: impl Into<String>,
-    target: impl Into<String>,
-    ns: Ns<'_>,
-    e: NlError,
-) -> KernelError {
-    KernelError::netlink(op, target, ns, e)
-}
-
 fn change_text(change: &LinkChange<'_>) -> String {
     let mut parts = Vec::new();
     if let Some(ns) = change.netns {
@@ -199,7 +190,7 @@ impl NetOps for RealKernel {
     fn link_by_name(&self, ns: Ns<'_>, name: &str) -> KResult<Option<Link>> {
         check_name(name, ALTIFNAME_MAX)
             .and_then(|()| self.get_one_link(ns, request::get_link_by_name(name)))
-            .map_err(|e| kernel_error("look up link by name", name, ns, e))
+            .map_err(|e| KernelError::netlink("look up link by name", name, ns, e))
     }
 
     fn link_by_index(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Link>> {
@@ -208,18 +199,20 @@ impl NetOps for RealKernel {
             return Ok(None);
         }
         self.get_one_link(ns, request::get_link_by_index(index))
-            .map_err(|e| kernel_error("look up link by index", format!("ifindex {index}"), ns, e))
+            .map_err(|e| {
+                KernelError::netlink("look up link by index", format!("ifindex {index}"), ns, e)
+            })
     }
 
     fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>> {
-        let fail = |e| kernel_error("list links", "all links", ns, e);
+        let fail = |e| KernelError::netlink("list links", "all links", ns, e);
         let replies = self.request(ns, request::dump_links()).map_err(fail)?;
         Self::decode_links(&replies).map_err(fail)
     }
 
     fn links_with_hwaddr(&self, ns: Ns<'_>, addr: &[u8]) -> KResult<Vec<Link>> {
         let fail = |e| {
-            kernel_error(
+            KernelError::netlink(
                 "list links",
                 format!("hwaddr {}", format_hwaddr(addr)),
                 ns,
@@ -264,7 +257,7 @@ impl NetOps for RealKernel {
                 }
                 _ => self.describe(ns, index),
             };
-            kernel_error(change_text(change), target, ns, e)
+            KernelError::netlink(change_text(change), target, ns, e)
         })
     }
 
@@ -275,7 +268,7 @@ impl NetOps for RealKernel {
                     .map(drop)
             })
             .map_err(|e| {
-                kernel_error(
+                KernelError::netlink(
                     format!("delete altname {altname}"),
                     self.describe(ns, index),
                     ns,
@@ -285,7 +278,7 @@ impl NetOps for RealKernel {
     }
 
     fn addresses(&self, ns: Ns<'_>, index: u32) -> KResult<Vec<IpNetwork>> {
-        let fail = |e| kernel_error("list addresses", self.describe(ns, index), ns, e);
+        let fail = |e| KernelError::netlink("list addresses", self.describe(ns, index), ns, e);
         let replies = self
             .request(ns, request::dump_addresses(index))
             .map_err(fail)?;
@@ -307,7 +300,7 @@ impl NetOps for RealKernel {
         self.request(ns, request::add_address(index, addr))
             .map(drop)
             .map_err(|e| {
-                kernel_error(
+                KernelError::netlink(
                     format!("add address {addr}"),
                     self.describe(ns, index),
                     ns,
@@ -320,7 +313,7 @@ impl NetOps for RealKernel {
         self.request(ns, request::del_address(index, addr))
             .map(drop)
             .map_err(|e| {
-                kernel_error(
+                KernelError::netlink(
                     format!("delete address {addr}"),
                     self.describe(ns, index),
                     ns,
@@ -333,7 +326,7 @@ impl NetOps for RealKernel {
         check_route(route)
             .and_then(|()| self.request(ns, request::add_route(route)).map(drop))
             .map_err(|e| {
-                kernel_error(
+                KernelError::netlink(
                     route_text("add", route),
                     self.describe(ns, route.oif),
                     ns,
@@ -346,7 +339,7 @@ impl NetOps for RealKernel {
         check_route(route)
             .and_then(|()| self.request(ns, request::del_route(route)).map(drop))
             .map_err(|e| {
-                kernel_error(
+                KernelError::netlink(
                     route_text("delete", route),
                     self.describe(ns, route.oif),
                     ns,
@@ -373,14 +366,14 @@ impl NetOps for RealKernel {
                 op.push_str(&format!(" in {target}"));
             }
             let parent = self.describe(ns, spec.parent_index);
-            kernel_error(op, format!("parent {parent}"), ns, e)
+            KernelError::netlink(op, format!("parent {parent}"), ns, e)
         })
     }
 
     fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
         self.request(ns, request::delete_link(index))
             .map(drop)
-            .map_err(|e| kernel_error("delete link", self.describe(ns, index), ns, e))
+            .map_err(|e| KernelError::netlink("delete link", self.describe(ns, index), ns, e))
     }
 }
 
