@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ipnetwork::IpNetwork;
 use nix::errno::Errno;
-use rdma_ns::kernel::netlink::RealKernel;
+use rdma_ns::kernel::rtnetlink::RealKernel;
 use rdma_ns::kernel::{
     Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns, RouteSpec,
 };

@@ -43,7 +43,7 @@ ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plu
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
 # containernetworking-plugins (/usr/lib/cni), python3 for the 1.1.0 test IPAM, flock
-# (util-linux), linux-libc-dev for the uapi headers the rdma_nl constants are checked against.
+# (util-linux), linux-libc-dev for the uapi headers the NLDEV constants (src/kernel/nldev.rs) are checked against.
 ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev)
 # The other tiers name their own packages (--print-packages); all are installed here in one go,
 # and each tier checks its own again before it runs a case.

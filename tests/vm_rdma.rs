@@ -25,11 +25,12 @@ use std::sync::{Mutex, MutexGuard};
 use nix::errno::Errno;
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::{major, minor, stat, SFlag};
-use rdma_ns::kernel::rdma::{
+use rdma_ns::kernel::nldev::NetnsMode;
+use rdma_ns::kernel::rdma_ops::RdmaNetlink;
+use rdma_ns::kernel::sysfs::SysRoot;
+use rdma_ns::kernel::topology::{
     CharDevKind, GidType, IbParent, IbPortRef, LinkLayer, NetdevLink, RdmaSysfs,
 };
-use rdma_ns::kernel::rdma_nl::{NetnsMode, RdmaNetlink};
-use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::kernel::Netns;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -259,7 +260,7 @@ fn vm_netns_mode_switches_and_the_kernel_refusals() {
 
     // A socket opened inside the other netns acts there: in shared mode it sees rxe0 too,
     // but the port's netdev rxev0 lives in init_net, so the kernel leaves it out.
-    let inside = RdmaNetlink::open_in(&other).unwrap();
+    let inside = RdmaNetlink::open_in(&other, &Netns::current().unwrap()).unwrap();
     let seen = inside
         .device_by_name("rxe0")
         .unwrap()

@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{BusDevice, RdmaSysfs};
+use crate::kernel::topology::{BusDevice, RdmaSysfs};
 
 /// The spec version written.
 pub const SPEC_VERSION: &str = "1.1.0";

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{GidType, RdmaSysfs};
 use crate::kernel::sysfs::SysRoot;
+use crate::kernel::topology::{GidType, RdmaSysfs};
 
 /// Default bound on the wait for the kernel to add the pod's GIDs.
 pub const DEFAULT_GID_TIMEOUT_MS: u64 = 3_000;
@@ -144,7 +144,7 @@ pub fn roce_ports_of(sys: &SysRoot, netdev: &str) -> Result<Vec<(String, u32)>> 
         let roce = dev
             .and_then(|d| {
                 d.port(r.port)
-                    .map(|p| p.link_layer == crate::kernel::rdma::LinkLayer::Ethernet)
+                    .map(|p| p.link_layer == crate::kernel::topology::LinkLayer::Ethernet)
             })
             .unwrap_or(false);
         if roce {
@@ -195,7 +195,7 @@ pub fn verify_gids(sys: &SysRoot, records: &[GidRecord], ndev: &str) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::rdma::fixtures::SysfsFixture;
+    use crate::kernel::topology::fixtures::SysfsFixture;
 
     #[test]
     fn finds_the_recorded_index_and_notices_when_it_goes() {

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::sysfs::SysRoot;
+use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::{format_hwaddr, KernelError, Link, LinkChange, NetOps, Ns};
 
 /// Conf `rdma`.
@@ -133,7 +133,7 @@ fn own_ib_port(
     sys: &SysRoot,
     conf: RdmaConf,
     netdev: &Link,
-) -> Result<Option<crate::kernel::rdma::IbPortRef>> {
+) -> Result<Option<crate::kernel::topology::IbPortRef>> {
     let mut ports = RdmaSysfs::new(sys)
         .ib_ports_of_own_device(&netdev.name)
         .map_err(|e| {

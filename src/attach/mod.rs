@@ -27,8 +27,8 @@ use std::path::Path;
 use crate::cni::result::CniResult;
 use crate::cni::{Plugin, Request};
 use crate::error::{Error, Result};
-use crate::kernel::netlink::RealKernel;
 use crate::kernel::rdma_ops::{RdmaOps, RealRdma};
+use crate::kernel::rtnetlink::RealKernel;
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{NetOps, Netns};
 

@@ -48,7 +48,7 @@ use serde_json::Value;
 
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{CharDev, CharDevKind, RdmaSysfs};
+use crate::kernel::topology::{CharDev, CharDevKind, RdmaSysfs};
 
 /// Where the RDMA classes' devnode callbacks put every node (see [`CharDev::devnode`]).
 pub const DEFAULT_DEV_DIR: &str = "/dev/infiniband";

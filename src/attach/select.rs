@@ -124,7 +124,7 @@ pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selecto
             links_named(kernel, selector, names)
         }
         Selector::IbDevice(name) => {
-            let topo = crate::kernel::rdma::RdmaSysfs::new(sys);
+            let topo = crate::kernel::topology::RdmaSysfs::new(sys);
             if topo
                 .device(name)
                 .map_err(|e| sysfs_err(selector, e))?

@@ -375,7 +375,7 @@ impl IpamOps for FakeIpam {
 /// A fake RDMA subsystem: ib devices per namespace, and optionally the kernel's re-creation of
 /// an IPoIB netdev in the target netns when its ib device moves.
 pub struct FakeRdma<'k> {
-    pub mode: Option<crate::kernel::rdma_nl::NetnsMode>,
+    pub mode: Option<crate::kernel::nldev::NetnsMode>,
     /// (namespace key, ib device name, index)
     pub devices: RefCell<Vec<(String, String, u32)>>,
     pub refuse: Option<nix::errno::Errno>,
@@ -387,7 +387,7 @@ pub struct FakeRdma<'k> {
 }
 
 impl<'k> FakeRdma<'k> {
-    pub fn new(mode: Option<crate::kernel::rdma_nl::NetnsMode>, devices: &[(&str, u32)]) -> Self {
+    pub fn new(mode: Option<crate::kernel::nldev::NetnsMode>, devices: &[(&str, u32)]) -> Self {
         FakeRdma {
             mode,
             devices: RefCell::new(
@@ -413,7 +413,7 @@ impl<'k> FakeRdma<'k> {
 }
 
 impl crate::kernel::rdma_ops::RdmaOps for FakeRdma<'_> {
-    fn netns_mode(&self) -> KResult<Option<crate::kernel::rdma_nl::NetnsMode>> {
+    fn netns_mode(&self) -> KResult<Option<crate::kernel::nldev::NetnsMode>> {
         self.calls.borrow_mut().push("netns_mode".into());
         Ok(self.mode)
     }

@@ -1,17 +1,28 @@
-//! What the kernel offers, with nothing about CNI: network namespaces, rtnetlink, sysfs,
-//! RDMA topology ([`rdma`]) and RDMA netlink ([`rdma_nl`]).
+//! What the kernel offers, with nothing about CNI: network namespaces, rtnetlink, RDMA
+//! netlink (NLDEV) and sysfs.
 //!
-//! The attach layer talks to the kernel only through [`NetOps`], a narrow trait holding
-//! exactly what the attachment steps need. [`RealKernel`](netlink::RealKernel) implements it
-//! with netlink sockets opened inside each namespace; tests implement it with a fake that
-//! records calls and fails on demand.
+//! The attach layer talks to the kernel only through narrow traits holding exactly what the
+//! attachment steps need: [`NetOps`] (links, addresses, routes) and
+//! [`RdmaOps`](rdma_ops::RdmaOps) (ib devices). [`RealKernel`](rtnetlink::RealKernel) and
+//! [`RealRdma`](rdma_ops::RealRdma) implement them with netlink sockets opened inside each
+//! namespace; tests implement them with fakes that record calls and fail on demand.
+//!
+//! Where things go:
+//! - [`netlink`]: the one transport (socket, exchange, error replies) for every family. A new
+//!   request never changes it.
+//! - A new netlink request: its encoder and decoder go with its family, [`rtnetlink`]
+//!   (`request.rs`, `decode.rs`) or [`nldev`]; the call the attach layer makes goes on the
+//!   family's trait (`NetOps` here, `RdmaOps` in [`rdma_ops`]) and its real implementation.
+//! - Facts read from files: [`sysfs`] (the one root) and [`topology`] (ib devices, ports,
+//!   GIDs, char devices and the PCI functions behind them); [`netns`] for namespace handles.
 
 pub mod netlink;
 pub mod netns;
-pub mod rdma;
-pub mod rdma_nl;
+pub mod nldev;
 pub mod rdma_ops;
+pub mod rtnetlink;
 pub mod sysfs;
+pub mod topology;
 
 use std::fmt;
 
@@ -264,9 +275,20 @@ impl KernelError {
         }
     }
 
-    pub fn with_ext_ack(mut self, msg: Option<String>) -> Self {
-        self.ext_ack = msg;
-        self
+    /// A netlink request that the kernel refused or answered with something undecodable.
+    pub fn netlink(
+        op: impl Into<String>,
+        target: impl Into<String>,
+        netns: impl fmt::Display,
+        e: netlink::NlError,
+    ) -> Self {
+        KernelError {
+            op: op.into(),
+            target: target.into(),
+            netns: netns.to_string(),
+            errno: e.errno,
+            ext_ack: e.ext_ack,
+        }
     }
 
     pub fn is_errno(&self, errno: nix::errno::Errno) -> bool {

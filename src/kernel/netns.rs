@@ -47,20 +47,20 @@ impl Netns {
                 ),
             ));
         }
-        // NS_GET_NSTYPE (_IO(0xb7, 0x3)) tells which kind of namespace the fd refers to. Other
-        // procfs files (/proc/self/status) pass the magic check and fail the ioctl (ENOTTY):
-        // that failure is a refusal too. The ioctl exists since Linux 4.11.
-        let nstype = unsafe { libc_ioctl_nstype(file.as_raw_fd()) };
-        if nstype < 0 {
-            return Err(io::Error::new(
+        // NS_GET_NSTYPE tells which kind of namespace the fd refers to. Other procfs files
+        // (/proc/self/status) pass the magic check and fail the ioctl (ENOTTY): that failure
+        // is a refusal too. The ioctl exists since Linux 4.11.
+        // SAFETY: the ioctl takes no argument, and `file` is an open fd for the whole call.
+        let nstype = unsafe { ns_get_nstype(file.as_raw_fd()) }.map_err(|e| {
+            io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "{} is not a namespace file (NS_GET_NSTYPE: {})",
                     path.display(),
-                    io::Error::last_os_error()
+                    io::Error::from(e)
                 ),
-            ));
-        }
+            )
+        })?;
         if nstype != CloneFlags::CLONE_NEWNET.bits() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -109,8 +109,9 @@ impl Netns {
     /// panic, and `f` does not panic). If switching back fails the process aborts at once:
     /// continuing in the wrong namespace could change the wrong devices, while an abort
     /// before anything was changed is an ordinary failed invocation for the runtime. (This
-    /// replaces a short-lived thread per pod socket, whose spawn and join cost from 0.04 ms to
-    /// over 10 ms in scheduler hand-offs on the 2-core benchmark machine under load.)
+    /// replaces a short-lived thread per pod socket: its spawn and join wait on the scheduler,
+    /// which on a loaded machine costs far more than the two setns calls; tests/README.md,
+    /// "Measured once".)
     pub fn run_in<T>(&self, home: &Netns, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         setns(self.fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
         let out = f();
@@ -185,14 +186,9 @@ impl Netns {
     }
 }
 
-/// Returns the namespace type (CLONE_NEW*) of `fd`, or -1 with errno set when `fd` is no
-/// namespace file.
-unsafe fn libc_ioctl_nstype(fd: i32) -> i32 {
-    nix::libc::ioctl(fd, NS_GET_NSTYPE as _)
-}
-
-/// _IO(NSIO = 0xb7, 0x3)
-const NS_GET_NSTYPE: u64 = (0xb7 << 8) | 0x3;
+// NS_GET_NSTYPE = _IO(NSIO, 0x3), NSIO = 0xb7 (linux/nsfs.h): the CLONE_NEW* type of the
+// namespace an fd refers to.
+nix::ioctl_none!(ns_get_nstype, 0xb7, 0x3);
 
 #[cfg(test)]
 mod tests {

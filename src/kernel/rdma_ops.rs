@@ -1,11 +1,16 @@
-//! What the attachment steps need from RDMA netlink, behind a narrow trait so every ib-device
-//! step and its failure can be exercised without RDMA hardware.
+//! What the attachment steps need from RDMA netlink, behind a narrow trait ([`RdmaOps`]) so
+//! every ib-device step and its failure can be exercised without RDMA hardware;
+//! [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one socket.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
 
-use crate::kernel::rdma_nl::{NetnsMode, RdmaNetlink};
+use crate::kernel::netlink::{NlError, NlSocket, Rdma, Reply};
+use crate::kernel::nldev::{self, request, NetnsMode, RdmaDev, RdmaPort};
 use crate::kernel::{KResult, KernelError, Netns, Ns};
 
 pub trait RdmaOps {
@@ -23,18 +28,54 @@ pub trait RdmaOps {
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
 }
 
-/// RDMA netlink for real: a socket per request, opened in the namespace it acts in.
+/// RDMA netlink for real, with one socket per namespace, as [`RealKernel`] keeps them: the
+/// host's is opened on first use in the calling thread's namespace, a pod's by a socket(2)
+/// with the thread briefly inside the pod's namespace ([`Netns::run_in`]). An open socket
+/// holds a reference on its namespace, so the nsfs inode the cache is keyed by cannot be
+/// reused while it is cached.
+///
+/// [`RealKernel`]: crate::kernel::rtnetlink::RealKernel
 #[derive(Default)]
 pub struct RealRdma {
     host_ns: OnceCell<Netns>,
+    host: OnceCell<RdmaNetlink>,
+    pods: RefCell<HashMap<(u64, u64), RdmaNetlink>>,
 }
 
 impl RealRdma {
-    fn socket(&self, ns: Ns<'_>) -> KResult<RdmaNetlink> {
+    /// Runs `f` with the socket of `ns`, opening it on first use. Errors name `ns` as the
+    /// caller named it, whichever handle opened the cached socket.
+    fn with_socket<T>(&self, ns: Ns<'_>, f: impl FnOnce(&RdmaNetlink) -> KResult<T>) -> KResult<T> {
+        let relabel = |mut e: KernelError| {
+            e.netns = ns.to_string();
+            e
+        };
         match ns {
-            Ns::Host => RdmaNetlink::open(),
-            Ns::Pod(n) => RdmaNetlink::open_in(n),
+            Ns::Host => f(self.host_socket()?),
+            Ns::Pod(netns) => {
+                let key = netns.identity().map_err(|e| {
+                    KernelError::new(
+                        "identify the netns (fstat on its fd)",
+                        "rdma subsystem",
+                        ns,
+                        e.raw_os_error().unwrap_or(0),
+                    )
+                })?;
+                let mut pods = self.pods.borrow_mut();
+                let sock = match pods.entry(key) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(RdmaNetlink::open_in(netns, self.host_netns()?)?),
+                };
+                f(sock).map_err(relabel)
+            }
         }
+    }
+
+    fn host_socket(&self) -> KResult<&RdmaNetlink> {
+        if self.host.get().is_none() {
+            let _ = self.host.set(RdmaNetlink::open()?);
+        }
+        Ok(self.host.get().expect("set above"))
     }
 
     fn host_netns(&self) -> KResult<&Netns> {
@@ -55,7 +96,7 @@ impl RealRdma {
 
 impl RdmaOps for RealRdma {
     fn netns_mode(&self) -> KResult<Option<NetnsMode>> {
-        match RdmaNetlink::open() {
+        match self.host_socket() {
             Ok(s) => s.get_netns_mode().map(Some),
             Err(e) if e.is_errno(Errno::EPROTONOSUPPORT) => Ok(None),
             Err(e) => Err(e),
@@ -63,18 +104,174 @@ impl RdmaOps for RealRdma {
     }
 
     fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>> {
-        Ok(self.socket(ns)?.device_by_name(name)?.map(|d| d.index))
+        self.with_socket(ns, |s| Ok(s.device_by_name(name)?.map(|d| d.index)))
     }
 
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
-        let sock = self.socket(ns)?;
-        match target {
-            Ns::Host => sock.move_device_to_netns(index, self.host_netns()?.fd()),
-            Ns::Pod(n) => sock.move_device_to_netns(index, n.fd()),
-        }
+        let target_fd = match target {
+            Ns::Host => self.host_netns()?.fd(),
+            Ns::Pod(n) => n.fd(),
+        };
+        self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd))
     }
 
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
-        Ok(self.socket(ns)?.port(index, port)?.state)
+        self.with_socket(ns, |s| Ok(s.port(index, port)?.state))
+    }
+}
+
+/// The NLDEV operations, on a NETLINK_RDMA socket acting in the netns it was opened in
+/// (NLDEV handlers use the socket's `sock_net`).
+pub struct RdmaNetlink {
+    sock: RefCell<NlSocket<Rdma>>,
+    /// For error messages: `host netns` or `netns /run/netns/x`.
+    netns: String,
+}
+
+const SUBSYSTEM: &str = "rdma subsystem";
+
+impl RdmaNetlink {
+    /// Opens a socket in the calling thread's netns.
+    pub fn open() -> KResult<RdmaNetlink> {
+        Self::wrap(NlSocket::open(), Ns::Host)
+    }
+
+    /// Opens a socket acting in `ns`; the thread enters `ns` for the socket(2) alone and then
+    /// goes back to `home`, the netns it is in.
+    pub fn open_in(ns: &Netns, home: &Netns) -> KResult<RdmaNetlink> {
+        Self::wrap(NlSocket::open_in(ns, home), Ns::Pod(ns))
+    }
+
+    fn wrap(sock: std::io::Result<NlSocket<Rdma>>, ns: Ns<'_>) -> KResult<RdmaNetlink> {
+        match sock {
+            Ok(sock) => Ok(RdmaNetlink {
+                sock: RefCell::new(sock),
+                netns: ns.to_string(),
+            }),
+            // EPROTONOSUPPORT here means the kernel has no ib_core (no RDMA netlink).
+            Err(e) => Err(KernelError::netlink(
+                "open NETLINK_RDMA socket",
+                SUBSYSTEM,
+                ns,
+                e.into(),
+            )),
+        }
+    }
+
+    /// `rdma system show`: the subsystem's netns mode.
+    pub fn get_netns_mode(&self) -> KResult<NetnsMode> {
+        let op = "read RDMA netns mode";
+        self.request(request::sys_get)
+            .and_then(single)
+            .and_then(|p| nldev::decode_netns_mode(&p))
+            .map_err(|e| self.error(op, SUBSYSTEM, e))
+    }
+
+    /// `rdma system set netns {exclusive|shared}`. The kernel refuses with EBUSY while any
+    /// netns besides init_net exists (device.c `rdma_compatdev_set`; seen on 6.1).
+    pub fn set_netns_mode(&self, mode: NetnsMode) -> KResult<()> {
+        let op = format!("set RDMA netns mode to {mode:?}");
+        self.request(|seq| request::sys_set_netns_mode(seq, mode))
+            .map(drop)
+            .map_err(|e| self.error(&op, SUBSYSTEM, e))
+    }
+
+    /// Every ib device visible in this socket's netns (in exclusive mode only those that
+    /// live there).
+    pub fn devices(&self) -> KResult<Vec<RdmaDev>> {
+        let op = "list ib devices";
+        self.request(request::dev_dump)
+            .and_then(|replies| {
+                replies
+                    .iter()
+                    .map(|r| nldev::decode_dev(&r.payload))
+                    .collect()
+            })
+            .map_err(|e| self.error(op, SUBSYSTEM, e))
+    }
+
+    /// The device named `name`, or None. NLDEV looks devices up by index only (nldev.c
+    /// `nldev_get_doit` requires DEV_INDEX), so this filters the dump, as `rdma` does.
+    pub fn device_by_name(&self, name: &str) -> KResult<Option<RdmaDev>> {
+        Ok(self.devices()?.into_iter().find(|d| d.name == name))
+    }
+
+    /// The device with index `dev_index`; EINVAL from the kernel when there is none.
+    pub fn device(&self, dev_index: u32) -> KResult<RdmaDev> {
+        let (op, target) = ("get ib device", format!("ib device index {dev_index}"));
+        self.request(|seq| request::dev_get(seq, dev_index))
+            .and_then(single)
+            .and_then(|p| nldev::decode_dev(&p))
+            .map_err(|e| self.error(op, &target, e))
+    }
+
+    /// One port's state and netdev; EINVAL from the kernel for an unknown device or port.
+    pub fn port(&self, dev_index: u32, port: u32) -> KResult<RdmaPort> {
+        let op = "get ib port";
+        let target = format!("ib device index {dev_index} port {port}");
+        self.request(|seq| request::port_get(seq, dev_index, port))
+            .and_then(single)
+            .and_then(|p| nldev::decode_port(&p))
+            .map_err(|e| self.error(op, &target, e))
+    }
+
+    /// The netdev (ifindex, name) of a port, as `rdma link` shows it; None for IB ports and
+    /// when the netdev is in another netns.
+    pub fn port_netdev(&self, dev_index: u32, port: u32) -> KResult<Option<(u32, String)>> {
+        Ok(self.port(dev_index, port)?.netdev)
+    }
+
+    /// Moves an ib device into the netns `netns_fd` refers to (`rdma dev set X netns Y`).
+    /// The kernel refuses with EOPNOTSUPP in shared mode and for drivers that cannot
+    /// disassociate user contexts (rxe), and with EPERM without CAP_NET_ADMIN over the
+    /// target (device.c `ib_device_set_netns_put`).
+    pub fn move_device_to_netns(&self, dev_index: u32, netns_fd: BorrowedFd<'_>) -> KResult<()> {
+        let (op, target) = (
+            "move ib device to netns",
+            format!("ib device index {dev_index}"),
+        );
+        let fd = netns_fd.as_raw_fd() as u32;
+        self.request(|seq| request::dev_set_netns(seq, dev_index, fd))
+            .map(drop)
+            .map_err(|e| self.error(op, &target, e))
+    }
+
+    fn request(&self, build: impl Fn(u32) -> Vec<u8>) -> Result<Vec<Reply>, NlError> {
+        self.sock.borrow_mut().request(build)
+    }
+
+    fn error(&self, op: &str, target: &str, e: NlError) -> KernelError {
+        KernelError::netlink(op, target, &self.netns, e)
+    }
+}
+
+/// The one data message a non-dump request answers with.
+fn single(mut replies: Vec<Reply>) -> Result<Vec<u8>, NlError> {
+    match replies.len() {
+        1 => Ok(replies.pop().expect("one reply").payload),
+        n => Err(NlError::decode(format!(
+            "expected one reply message, got {n}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::libc;
+
+    #[test]
+    fn opening_reports_the_kernel_answer() {
+        // Either the kernel has RDMA netlink (VM) or socket() fails with EPROTONOSUPPORT (no
+        // ib_core); both must come back as what they are, not a panic or a different errno.
+        match RdmaNetlink::open() {
+            Ok(nl) => {
+                nl.get_netns_mode().unwrap();
+            }
+            Err(e) => {
+                assert_eq!(e.errno, libc::EPROTONOSUPPORT, "{e}");
+                assert_eq!(e.op, "open NETLINK_RDMA socket");
+            }
+        }
     }
 }

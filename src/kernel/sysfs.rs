@@ -1,7 +1,8 @@
 //! sysfs access through one root.
 //!
 //! Every sysfs path the plugin reads goes through [`SysRoot`], so tests can point the whole
-//! plugin at a fixture tree (env `RDMA_NS_SYSFS_ROOT`, the directory that stands for `/sys`).
+//! plugin at a fixture tree (env `RDMA_NS_SYSFS_ROOT`, the directory that stands for `/sys`,
+//! read by debug builds only).
 //! The host's /sys is tagged with the host's netns (it was mounted there): it answers questions
 //! about host devices and PCI topology, never about what is inside a pod.
 
@@ -9,7 +10,7 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-/// Environment variable naming the directory that stands in for `/sys` (tests only).
+/// Environment variable naming the directory that stands in for `/sys` (debug builds only).
 pub const SYSFS_ROOT_ENV: &str = "RDMA_NS_SYSFS_ROOT";
 
 #[derive(Debug, Clone)]
@@ -30,12 +31,15 @@ impl SysRoot {
         SysRoot { root: root.into() }
     }
 
-    /// `/sys`, or the directory named by `RDMA_NS_SYSFS_ROOT` when set and non-empty.
+    /// `/sys`; in debug builds the directory named by `RDMA_NS_SYSFS_ROOT` when set and
+    /// non-empty. A release build never reads the variable: whoever sets a shipped plugin's
+    /// environment must not be able to make device selection read a tree of their own.
     pub fn from_env() -> Self {
-        match std::env::var_os(SYSFS_ROOT_ENV) {
-            Some(v) if !v.is_empty() => SysRoot::new(PathBuf::from(v)),
-            _ => SysRoot::default(),
+        #[cfg(debug_assertions)]
+        if let Some(v) = std::env::var_os(SYSFS_ROOT_ENV).filter(|v| !v.is_empty()) {
+            return SysRoot::new(PathBuf::from(v));
         }
+        SysRoot::default()
     }
 
     pub fn root(&self) -> &Path {

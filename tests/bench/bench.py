@@ -8,6 +8,7 @@ Setup and teardown are never timed.
 """
 
 import argparse
+import ctypes
 import csv
 import json
 import os
@@ -27,10 +28,10 @@ ADDRESS = "10.10.0.2/24"
 POD_MTU = 9000
 HOST_MTU = 1500
 PCI = "0000:3b:00.2"
+PCI_DEVICES = "/sys/bus/pci/devices"
 # Production-like: the default dataDir is /var/lib/cni/rdma-ns; the bench uses a sibling on the
 # same filesystem so fsync costs are the real ones.
 DATA_DIR = "/var/lib/cni/rdma-ns-bench"
-SYSFS_FIXTURE = "/run/rdma-ns-bench-sys"
 TAG = "rb%x" % (os.getpid() % 0xFFF)
 # Idle time between a cycle's ADD and its DEL (untimed; --phase-gap-ms). A netns move waits in
 # the kernel for an RCU grace period (rcu_barrier() in __dev_change_net_namespace, under RTNL);
@@ -125,7 +126,7 @@ def ipam_conf():
     return {"type": "static", "addresses": [{"address": ADDRESS}]}
 
 
-def rdma_conf(selector, pod, extra_env):
+def rdma_conf(selector, pod):
     conf = {"cniVersion": "1.0.0", "name": "bench", "type": "rdma-ns", "mode": "move",
             "mtu": POD_MTU, "dataDir": DATA_DIR, "ipam": ipam_conf()}
     if selector == "device":
@@ -133,26 +134,36 @@ def rdma_conf(selector, pod, extra_env):
     elif selector == "hwaddr":
         conf["hwaddr"] = pod.mac
     elif selector == "pci":
-        # What Multus passes from a device plugin; resolved through the fixture sysfs.
+        # What Multus passes from a device plugin; resolved through own_pci_sysfs()'s tmpfs.
         conf["deviceID"] = PCI
         fixture_point_pci_at(pod.nic)
-        extra_env["RDMA_NS_SYSFS_ROOT"] = SYSFS_FIXTURE
     return conf
 
 
 def fixture_point_pci_at(netdev):
-    """devices/.../<PCI>/net/<netdev> and bus/pci/devices/<PCI> → that device, as in
-    tests/common/mod.rs FixtureSys."""
-    dev = os.path.join(SYSFS_FIXTURE, "devices/pci0000:00/0000:00:02.0", PCI)
-    net = os.path.join(dev, "net")
+    """<PCI>/net/<netdev> in the /sys/bus/pci/devices that own_pci_sysfs() made: the one
+    directory a deviceID lookup reads."""
+    net = os.path.join(PCI_DEVICES, PCI, "net")
     os.makedirs(net, exist_ok=True)
     for old in os.listdir(net):
         os.rmdir(os.path.join(net, old))
     os.mkdir(os.path.join(net, netdev))
-    link = os.path.join(SYSFS_FIXTURE, "bus/pci/devices", PCI)
-    if not os.path.islink(link):
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        os.symlink("../../../devices/pci0000:00/0000:00:02.0/" + PCI, link)
+
+
+def own_pci_sysfs():
+    """Release builds read only the real /sys (RDMA_NS_SYSFS_ROOT is a debug-build seam), so an
+    empty tmpfs is mounted over /sys/bus/pci/devices in a mount namespace of the benchmark's own:
+    every process it starts inherits it, nothing outside sees it, and it goes with the process.
+    Called before any thread exists (unshare(CLONE_NEWNS) refuses a process whose threads share
+    its fs)."""
+    CLONE_NEWNS = 0x00020000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "unshare(CLONE_NEWNS): " + os.strerror(err))
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "rdma-ns-bench", PCI_DEVICES],
+                   check=True)
 
 
 def nic_back(pod):
@@ -197,9 +208,8 @@ def run_plugin_cycle(binary, conf, pod, cid, extra_env=None, gone=nic_back):
 
 
 def variant_rdma(pod, i, selector="device"):
-    extra = {}
-    conf = rdma_conf(selector, pod, extra)
-    return run_plugin_cycle(RDMA_NS, conf, pod, "bench%d" % i, extra)
+    conf = rdma_conf(selector, pod)
+    return run_plugin_cycle(RDMA_NS, conf, pod, "bench%d" % i)
 
 
 def variant_host_device(pod, i):
@@ -481,7 +491,7 @@ def concurrency(rounds, n, out):
                     envs, stdins = [], []
                     for j, pod in enumerate(pods):
                         cid = "conc%d" % j
-                        conf = conf_of.get(j) or rdma_conf("device", pod, {})
+                        conf = conf_of.get(j) or rdma_conf("device", pod)
                         conf["device"] = pod.nic
                         conf_of[j] = conf
                         envs.append(cni_env(command, pod, cid))
@@ -605,7 +615,7 @@ def peak_rss(with_ipam):
     child includes the child's, so the IPAM-less ADD is the plugin's own."""
     pod = Pod()
     try:
-        conf = rdma_conf("device", pod, {})
+        conf = rdma_conf("device", pod)
         if not with_ipam:
             del conf["ipam"]
         env = cni_env("ADD", pod, "rss")
@@ -668,6 +678,8 @@ def main():
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     os.makedirs(DATA_DIR, mode=0o700)
 
+    if "scale" in only:
+        own_pci_sysfs()
     subprocess.run(["ip", "netns", "attach", HOST_NS_NAME, str(os.getpid())], check=True,
                    capture_output=True)
     samples = Samples(os.path.join(outdir, "samples.csv"))

@@ -4,7 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 use serde_json::json;
 
 use super::*;
-use crate::kernel::rdma::fixtures::SysfsFixture;
+use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::testutil::TempDir;
 
 fn fixture() -> SysfsFixture {

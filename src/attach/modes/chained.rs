@@ -18,8 +18,8 @@ use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::rdma::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
+use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::{Netns, Ns};
 
 /// The PCI function whose ib device goes with the pod interface: the device plugin's PCI

@@ -21,7 +21,7 @@ use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
 use crate::kernel::{
     format_hwaddr, Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns,
 };

@@ -519,7 +519,7 @@ pub fn release_device(
 
 /// Names of the ib devices a host netdev belongs to (its own function's, or rxe's parent).
 pub fn ib_device_names(sys: &SysRoot, netdev: &str) -> Result<Vec<String>> {
-    let mut names: Vec<String> = crate::kernel::rdma::RdmaSysfs::new(sys)
+    let mut names: Vec<String> = crate::kernel::topology::RdmaSysfs::new(sys)
         .ib_ports_of_own_device(netdev)
         .map_err(|e| Error::io(format!("reading the ib devices of {netdev} in sysfs"), e))?
         .into_iter()

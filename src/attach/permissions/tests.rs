@@ -8,7 +8,7 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serde_json::json;
 
 use super::*;
-use crate::kernel::rdma::fixtures::SysfsFixture;
+use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::testutil::TempDir;
 
 /// A char device node `major:minor` with exactly `mode` (mknod's mode passes the umask).

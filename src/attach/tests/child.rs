@@ -235,7 +235,7 @@ impl World {
                 ..Default::default()
             },
             sys: SysRoot::new(tmp.path().join("sys")),
-            rdma: FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Shared), &[]),
+            rdma: FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Shared), &[]),
             store: Store::new(tmp.path().join("data")),
             conf,
             _tmp: tmp,
@@ -430,7 +430,7 @@ fn del_reports_an_ipam_failure_and_keeps_the_record() {
 
 mod gids {
     use super::*;
-    use crate::kernel::rdma::fixtures::SysfsFixture;
+    use crate::kernel::topology::fixtures::SysfsFixture;
 
     /// The macvlan child's GID, as the kernel adds it: ::ffff:10.9.0.5, RoCE v2, ndev net1.
     fn add_pod_gid(fx: &SysfsFixture, index: u32) {
@@ -626,8 +626,8 @@ fn mlx5_links() -> Vec<Link> {
     ]
 }
 
-fn on_fixture(mut w: World) -> (World, crate::kernel::rdma::fixtures::SysfsFixture) {
-    let fx = crate::kernel::rdma::fixtures::SysfsFixture::all().unwrap();
+fn on_fixture(mut w: World) -> (World, crate::kernel::topology::fixtures::SysfsFixture) {
+    let fx = crate::kernel::topology::fixtures::SysfsFixture::all().unwrap();
     w.sys = SysRoot::new(fx.path());
     (w, fx)
 }
@@ -748,7 +748,7 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
             eth_parent()
         };
         let mut w = World::new(parent.clone(), fields);
-        w.rdma = FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Exclusive), &[]);
+        w.rdma = FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Exclusive), &[]);
         let e = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(e.code(), 120, "{fields}: {e}");
         let msg = e.to_string();
@@ -761,7 +761,7 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
 
         let off = format!(r#"{fields},"rdma":"off""#);
         let mut w = World::new(parent, &off);
-        w.rdma = FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Exclusive), &[]);
+        w.rdma = FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Exclusive), &[]);
         w.run(Command::Add, POD, None).unwrap();
         assert_eq!(w.children().len(), 1, "{off}");
     }

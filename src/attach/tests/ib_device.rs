@@ -13,8 +13,8 @@ use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
 use crate::attach::Ctx;
 use crate::cni::env::RawEnv;
 use crate::cni::{Command, NetConf, Request};
-use crate::kernel::rdma::fixtures::SysfsFixture;
-use crate::kernel::rdma_nl::NetnsMode;
+use crate::kernel::nldev::NetnsMode;
+use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::kernel::{parse_hwaddr, Link};
 use crate::testutil::TempDir;
 

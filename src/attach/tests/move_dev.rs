@@ -103,7 +103,7 @@ impl World {
         World {
             store: Store::new(tmp.path().join("data")),
             sys: SysRoot::new(tmp.path().join("sys")),
-            rdma: FakeRdma::new(Some(crate::kernel::rdma_nl::NetnsMode::Shared), &[]),
+            rdma: FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Shared), &[]),
             kernel,
             ipam: FakeIpam {
                 result: Some(ipam_result()),

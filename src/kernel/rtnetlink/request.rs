@@ -9,7 +9,10 @@ use std::net::IpAddr;
 use std::os::fd::RawFd;
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::{DefaultNla, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_EXCL, NLM_F_REQUEST,
+};
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoIpoib, InfoKind, InfoMacVlan, IpoibMode, LinkAttribute, LinkExtentMask,
@@ -24,8 +27,31 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use crate::kernel::{LinkKind, MacvlanMode, RouteSpec};
 
 /// A message and the NLM_F_* flags it goes out with (NLM_F_REQUEST and, for non-dumps,
-/// NLM_F_ACK are added by [`frame`](super::socket::frame)).
+/// NLM_F_ACK are added by [`frame`]).
 pub type Request = (RouteNetlinkMessage, u16);
+
+/// Serializes `msg` as one netlink message. NLM_F_REQUEST is always set, and NLM_F_ACK for
+/// anything but a dump, so every exchange ends with either NLMSG_DONE or NLMSG_ERROR (an
+/// ACK is an NLMSG_ERROR with error 0). The port id stays 0: the kernel addresses replies
+/// by the socket's bound port, not by this field.
+pub fn frame(msg: RouteNetlinkMessage, flags: u16, seq: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = final_flags(flags);
+    header.sequence_number = seq;
+    let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+    packet.finalize();
+    let mut buf = vec![0u8; packet.buffer_len()];
+    packet.serialize(&mut buf);
+    buf
+}
+
+fn final_flags(flags: u16) -> u16 {
+    if flags & NLM_F_DUMP == NLM_F_DUMP {
+        NLM_F_REQUEST | flags
+    } else {
+        NLM_F_REQUEST | NLM_F_ACK | flags
+    }
+}
 
 /// IFLA_ALT_IFNAME (linux/if_link.h).
 const IFLA_ALT_IFNAME: u16 = 53;
@@ -320,7 +346,6 @@ pub fn del_route(route: &RouteSpec) -> Request {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::netlink::socket::frame;
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
@@ -668,5 +693,11 @@ mod tests {
                  08000500 0a010201 08000400 08000000"
             ))
         );
+    }
+
+    #[test]
+    fn flags_add_ack_except_for_dumps() {
+        assert_eq!(final_flags(0), NLM_F_REQUEST | NLM_F_ACK);
+        assert_eq!(final_flags(NLM_F_DUMP), NLM_F_REQUEST | NLM_F_DUMP);
     }
 }

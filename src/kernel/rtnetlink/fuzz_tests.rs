@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 
 use super::decode;
-use super::{parse_done, parse_error, NlError};
 use crate::error::Error;
+use crate::kernel::netlink::{parse_done, parse_error, NlError};
 use crate::kernel::{KernelError, Ns};
 use crate::testutil::fuzz::{self, check_rejection};
 
@@ -125,7 +125,7 @@ fn reported(msg: String) -> Result<(), TestCaseError> {
     let nl = NlError::decode(msg.clone());
     let err = Error::kernel(
         "list links",
-        KernelError::new("list links", "all links", Ns::Host, nl.errno).with_ext_ack(nl.ext_ack),
+        KernelError::netlink("list links", "all links", Ns::Host, nl),
     );
     check_rejection(&err, &[105])?;
     prop_assert!(err.to_string().contains(&msg), "{}", err);
