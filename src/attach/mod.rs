@@ -10,6 +10,7 @@ pub mod ib_device;
 pub mod ipam;
 pub mod lifecycle;
 pub mod modes;
+pub mod operations;
 pub mod permissions;
 pub mod plan;
 pub mod select;

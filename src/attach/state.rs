@@ -115,9 +115,16 @@ pub struct Attachment {
     /// `pciBusID`), also when it selected nothing (a shared device plugin's index).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
+    /// The network configuration ADD got (IPAM included) and its CNI_PATH: what a DEL needs
+    /// when no runtime will send one (`rdma-ns reconcile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conf: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cni_path: Vec<String>,
 }
 
-/// The record format written now. 2: `schema`, `writtenBy`, `pod`, `netnsId`, `deviceId`.
+/// The record format written now. 2: `schema`, `writtenBy`, `pod`, `netnsId`, `deviceId`,
+/// `conf`, `cniPath`.
 pub const SCHEMA: u32 = 2;
 
 fn schema_of_unversioned() -> u32 {
@@ -229,6 +236,13 @@ impl Attachment {
             perm_changes: Vec::new(),
             device_info_file: None,
             // Parsed without error before any mode gets here.
+            conf: serde_json::from_slice(&req.stdin).ok(),
+            cni_path: req
+                .env
+                .path
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
             device_id: crate::attach::config::device_plugin_id(&req.conf)
                 .ok()
                 .flatten()
@@ -714,6 +728,8 @@ mod tests {
             perm_changes: Vec::new(),
             device_info_file: None,
             device_id: Some("0".into()),
+            conf: None,
+            cni_path: Vec::new(),
         }
     }
 

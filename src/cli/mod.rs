@@ -2,13 +2,15 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod list;
 pub mod migrate;
+pub mod reconcile;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-]";
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], list, reconcile";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -17,6 +19,12 @@ pub fn version_line() -> String {
         env!("CARGO_PKG_VERSION"),
         env!("RDMA_NS_GIT_COMMIT")
     )
+}
+
+/// A usage error of `subcommand`: the message on stderr, exit status 2.
+pub fn usage(subcommand: &str, msg: &str) -> ExitCode {
+    eprintln!("rdma-ns {subcommand}: {msg}");
+    ExitCode::from(2)
 }
 
 /// Runs the subcommand named by `args[0]`, or returns None when it names none (the caller then
@@ -33,6 +41,8 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
             Some(ExitCode::SUCCESS)
         }
         "migrate" => Some(migrate::run(&args[1..])),
+        "list" => Some(list::run(&args[1..])),
+        "reconcile" => Some(reconcile::run(&args[1..])),
         _ => None,
     }
 }

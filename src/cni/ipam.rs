@@ -3,7 +3,7 @@
 //! The spec has the delegating plugin run the IPAM binary found in CNI_PATH with the same
 //! environment and the same stdin, changing only CNI_COMMAND, and pass its errors up.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
@@ -75,6 +75,17 @@ pub fn exec(
     stdin: &[u8],
     timeout: Duration,
 ) -> Result<Option<Value>> {
+    exec_with(plugin, command, stdin, timeout, &[])
+}
+
+/// [`exec`] with `vars` set on the plugin over this process's environment.
+pub fn exec_with(
+    plugin: &Path,
+    command: Command,
+    stdin: &[u8],
+    timeout: Duration,
+    vars: &[(&str, OsString)],
+) -> Result<Option<Value>> {
     let name = plugin_name(plugin);
     let mut attempt = 1;
     let mut child = loop {
@@ -89,6 +100,7 @@ pub fn exec(
             });
         }
         let spawned = cmd
+            .envs(vars.iter().map(|(k, v)| (k, v)))
             .env("CNI_COMMAND", command.as_str())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -278,6 +290,32 @@ fn plugin_name(plugin: &Path) -> String {
         .into_owned()
 }
 
+/// The request's CNI variables, set on the IPAM plugin explicitly: the spec gives a delegated
+/// plugin the delegating plugin's environment, and a request need not come from this process's
+/// environment (`rdma-ns reconcile` replays a recorded attachment's DEL).
+fn cni_vars(env: &crate::cni::CniEnv) -> Vec<(&'static str, OsString)> {
+    let args: Vec<String> = env
+        .args
+        .pairs()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let path: Vec<&OsStr> = env.path.iter().map(|p| p.as_os_str()).collect();
+    vec![
+        ("CNI_CONTAINERID", env.container_id.clone().into()),
+        (
+            "CNI_NETNS",
+            env.netns
+                .as_ref()
+                .map(|p| p.as_os_str().to_owned())
+                .unwrap_or_default(),
+        ),
+        ("CNI_IFNAME", env.ifname.clone().into()),
+        ("CNI_ARGS", args.join(";").into()),
+        ("CNI_PATH", path.join(OsStr::new(":"))),
+    ]
+}
+
 /// The IPAM plugin this request's conf names, located in its CNI_PATH.
 pub fn plugin_for(req: &Request) -> Result<PathBuf> {
     let ipam_type = req.conf.ipam_type().ok_or_else(|| {
@@ -292,7 +330,13 @@ pub fn plugin_for(req: &Request) -> Result<PathBuf> {
 /// Runs the request's IPAM plugin for `command` with `stdin` (normally `req.stdin`; a plugin
 /// may pass a rewritten conf).
 pub fn delegate(req: &Request, command: Command, stdin: &[u8]) -> Result<Option<Value>> {
-    exec(&plugin_for(req)?, command, stdin, req.conf.ipam_timeout()?)
+    exec_with(
+        &plugin_for(req)?,
+        command,
+        stdin,
+        req.conf.ipam_timeout()?,
+        &cni_vars(&req.env),
+    )
 }
 
 /// ADD: allocates addresses; the IPAM result is read in its own cniVersion.
@@ -303,7 +347,14 @@ pub fn add(req: &Request) -> Result<CniResult> {
 pub fn add_with_stdin(req: &Request, stdin: &[u8]) -> Result<CniResult> {
     let plugin = plugin_for(req)?;
     let name = plugin_name(&plugin);
-    let value = exec(&plugin, Command::Add, stdin, req.conf.ipam_timeout()?)?.ok_or_else(|| {
+    let value = exec_with(
+        &plugin,
+        Command::Add,
+        stdin,
+        req.conf.ipam_timeout()?,
+        &cni_vars(&req.env),
+    )?
+    .ok_or_else(|| {
         Error::IpamExec(format!(
             "IPAM plugin `{name}` (ADD) succeeded but printed no result"
         ))
@@ -679,6 +730,29 @@ exit 1"#,
                 name
             );
         }
+    }
+
+    #[test]
+    fn the_ipam_plugin_gets_the_requests_cni_variables() {
+        let dir = TempDir::new();
+        dir.script(
+            "envrec",
+            "printf '%s|%s|%s|%s|%s' \"$CNI_CONTAINERID\" \"$CNI_NETNS\" \"$CNI_IFNAME\" \
+             \"$CNI_ARGS\" \"$CNI_PATH\" > \"$0.env\"\nexit 0",
+        );
+        let mut req = request(&dir.0, "envrec", "1.1.0");
+        req.env.args = CniArgs::parse("K8S_POD_NAME=p;IgnoreUnknown=1").unwrap();
+        del(&req).unwrap();
+        let seen = std::fs::read_to_string(dir.0.join("envrec.env")).unwrap();
+        assert_eq!(
+            seen,
+            format!(
+                "c1|/proc/self/ns/net|net1|K8S_POD_NAME=p;IgnoreUnknown=1|{}:{}",
+                dir.0.join("missing").display(),
+                dir.0.display()
+            ),
+            "from the request, not this process's environment"
+        );
     }
 
     #[test]

@@ -510,3 +510,52 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
         },
     );
 }
+
+/// A pod netns that died with no DEL: the kernel returned the physical netdev to the host under
+/// the pod's name (or `devN` on a clash) with the pod's MTU. The orphan's replayed DEL finds it
+/// by its address, restores name and MTU, releases IPAM and drops the record.
+#[test]
+fn an_orphan_whose_netns_died_is_released_from_its_record() {
+    use crate::attach::operations::{netns_state, orphan_del, NetnsState};
+    for returned_as in ["net1", "dev7"] {
+        let w = World::new();
+        w.add(None).unwrap();
+        let mut att = w.store.load("rdma-net", "c0ffee", "net1").unwrap().unwrap();
+        assert_eq!(
+            netns_state(&att),
+            NetnsState::Alive,
+            "the probe sees a live netns"
+        );
+        {
+            let mut st = w.kernel.state.borrow_mut();
+            let dev = st.links.iter_mut().find(|(_, l)| l.hwaddr == MAC).unwrap();
+            assert_eq!((dev.1.name.as_str(), dev.1.mtu), ("net1", 9000));
+            dev.0 = "host".into();
+            dev.1.name = returned_as.into();
+        }
+        att.netns = "/run/netns/rdma-ns-test-gone".into();
+        att.conf = Some(serde_json::from_str(&w.conf).unwrap());
+        w.store.save(&att).unwrap();
+        assert_eq!(netns_state(&att), NetnsState::Gone);
+
+        let req = orphan_del(&att, w.store.dir()).unwrap();
+        assert_eq!(req.env.netns, None);
+        let pc = PluginConf::from_conf(&req.conf).unwrap();
+        crate::attach::lifecycle::del(&w.ctx(None), &req, &pc).unwrap();
+        let (ns, link) = w.kernel.locate(&MAC).unwrap();
+        assert_eq!(
+            (ns.as_str(), link.name.as_str(), link.mtu),
+            ("host", "ens1f0v0", 1500),
+            "{returned_as}: name and MTU restored"
+        );
+        assert!(w
+            .store
+            .load("rdma-net", "c0ffee", "net1")
+            .unwrap()
+            .is_none());
+        crate::attach::tests::kill_points::ipam_released(
+            &w.ipam.calls.lock().unwrap(),
+            returned_as,
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! `rdma-ns reconcile [--dry-run] [--interval SECONDS] [--data-dir DIR]`: releases the
+//! attachments whose pod netns is gone (see `rdma_ns::attach::operations`). Once, or every
+//! SECONDS (as the installer DaemonSet's sidecar runs it); at node boot once.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rdma_ns::attach::operations::{self, NetnsState};
+use rdma_ns::attach::state::{Store, DEFAULT_DATA_DIR};
+use rdma_ns::cni::Plugin;
+
+pub fn run(args: &[OsString]) -> ExitCode {
+    let mut dry_run = false;
+    let mut interval = None;
+    let mut data_dir = PathBuf::from(DEFAULT_DATA_DIR);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--dry-run") => dry_run = true,
+            Some("--interval") => match it.next().and_then(|v| v.to_str()?.parse::<u64>().ok()) {
+                Some(s) if s > 0 => interval = Some(Duration::from_secs(s)),
+                _ => {
+                    return super::usage(
+                        "reconcile",
+                        "--interval needs a number of seconds above 0",
+                    )
+                }
+            },
+            Some("--data-dir") => match it.next() {
+                Some(d) => data_dir = d.into(),
+                None => return super::usage("reconcile", "--data-dir needs a directory"),
+            },
+            _ => {
+                return super::usage(
+                    "reconcile",
+                    &format!(
+                        "unknown argument {a:?}; usage: rdma-ns reconcile [--dry-run] \
+                         [--interval SECONDS] [--data-dir DIR]"
+                    ),
+                )
+            }
+        }
+    }
+    match interval {
+        None => once(&data_dir, dry_run),
+        Some(every) => loop {
+            // A pass that failed is retried at the next one: the records stay until released.
+            let _ = once(&data_dir, dry_run);
+            std::thread::sleep(every);
+        },
+    }
+}
+
+/// One pass: every orphan released (or, with `dry_run`, named). Non-zero when any release or
+/// record read failed.
+fn once(data_dir: &std::path::Path, dry_run: bool) -> ExitCode {
+    let (entries, unreadable) = operations::list(&Store::new(data_dir));
+    let mut failed = !unreadable.is_empty();
+    for e in &unreadable {
+        eprintln!("rdma-ns reconcile: {e}");
+    }
+    for (att, state) in entries {
+        if state != NetnsState::Gone {
+            continue;
+        }
+        let what = format!(
+            "{} (network {}, netns {} gone)",
+            att.id(),
+            att.network,
+            att.netns
+        );
+        if dry_run {
+            println!("would release {what}");
+            continue;
+        }
+        let outcome = operations::orphan_del(&att, data_dir)
+            .and_then(|req| rdma_ns::attach::RdmaNs.del(&req));
+        match outcome {
+            Ok(()) => println!("released {what}"),
+            Err(e) => {
+                failed = true;
+                eprintln!("rdma-ns reconcile: releasing {what}: {e}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,133 @@
+//! `rdma-ns list` and `rdma-ns reconcile` on real attachments made by the binary: a pod netns
+//! deleted with no DEL is an orphan that reconcile releases (record and IPAM lease), while a
+//! live attachment is never touched.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(PLUGIN)
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run rdma-ns");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn listed(data: &DataDir) -> Vec<Value> {
+    let (code, out, err) = cli(&["list", "--json", "--data-dir", &data.state()]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn leases(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+#[test]
+fn reconcile_releases_orphans_and_leaves_live_attachments() {
+    let data = DataDir::new();
+    let lease_dir = data.path().join("leases");
+    std::fs::create_dir_all(&lease_dir).unwrap();
+    let ipam = |addr: &str| json!({"type": "cni-test-ipam", "addresses": [{"address": addr}], "leaseDir": lease_dir});
+    let gone_veth = Veth::new();
+    let gone_ns = TestNetns::new();
+    let mut moved = move_conf("1.1.0", "opsmove", &gone_veth.nic, &data);
+    moved["ipam"] = ipam("10.97.0.5/24");
+    let mut add = Call::new("ADD", "orphan1", &gone_ns.path(), "net1");
+    add.args = "K8S_POD_NAMESPACE=team;K8S_POD_NAME=trainer-0;K8S_POD_UID=u-1".into();
+    add.run(&moved).ok();
+
+    let live_veth = Veth::new();
+    sh(&["ip", "link", "set", &live_veth.nic, "up"]);
+    let live_ns = TestNetns::new();
+    let child = json!({"cniVersion": "1.1.0", "name": "opschild", "type": "rdma-ns",
+        "mode": "macvlan", "master": live_veth.nic, "dataDir": data.state(),
+        "ipam": ipam("10.98.0.5/24")});
+    Call::new("ADD", "live1", &live_ns.path(), "net1")
+        .run(&child)
+        .ok();
+
+    // The probes see both, alive, with what the records say.
+    let rows = listed(&data);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let row = |id: &str| {
+        listed(&data)
+            .into_iter()
+            .find(|r| r["containerId"] == id)
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    let orphan = row("orphan1");
+    assert_eq!(orphan["netnsState"], "alive");
+    assert_eq!(orphan["pod"]["name"], "trainer-0");
+    assert_eq!(orphan["device"], gone_veth.nic.as_str());
+    assert_eq!(orphan["mode"], "move");
+    assert_eq!(
+        row("live1")["device"],
+        format!("macvlan on {}", live_veth.nic)
+    );
+    assert_eq!(leases(&lease_dir), 2);
+    let (code, table, _) = cli(&["list", "--data-dir", &data.state()]);
+    assert_eq!(code, 0);
+    assert!(
+        table.starts_with("POD") && table.contains("team/trainer-0"),
+        "{table}"
+    );
+
+    // The pod netns dies with no DEL (the veth goes with it).
+    gone_ns.delete();
+    assert_eq!(row("orphan1")["netnsState"], "gone");
+    assert_eq!(row("live1")["netnsState"], "alive");
+
+    let (code, out, err) = cli(&["reconcile", "--dry-run", "--data-dir", &data.state()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("would release orphan1:net1"), "{out}");
+    assert!(!out.contains("live1"), "{out}");
+    assert_eq!(data.records().len(), 2, "a dry run changes nothing");
+    assert_eq!(leases(&lease_dir), 2);
+
+    let (code, out, err) = cli(&["reconcile", "--data-dir", &data.state()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("released orphan1:net1"), "{out}");
+    let rows = listed(&data);
+    assert_eq!(rows.len(), 1, "only the live attachment is left: {rows:?}");
+    assert_eq!(rows[0]["containerId"], "live1");
+    assert_eq!(leases(&lease_dir), 1, "the orphan's lease is released");
+    assert!(
+        live_ns.link("net1").is_some(),
+        "the live pod keeps its interface"
+    );
+
+    let (code, out, _) = cli(&["reconcile", "--data-dir", &data.state()]);
+    assert_eq!((code, out.as_str()), (0, ""), "nothing more to do");
+
+    Call::new("DEL", "live1", &live_ns.path(), "net1")
+        .run(&child)
+        .ok();
+    assert_eq!(leases(&lease_dir), 0);
+}
+
+#[test]
+fn list_and_reconcile_refuse_unknown_arguments() {
+    for args in [
+        &["list", "--bogus"][..],
+        &["reconcile", "--interval", "0"],
+        &["reconcile", "--data-dir"],
+    ] {
+        let (code, out, err) = cli(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(out.is_empty() && !err.is_empty(), "{args:?}");
+    }
+}
