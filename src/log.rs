@@ -1,8 +1,10 @@
-//! Minimal leveled logging to stderr or a file (conf `logFile`, `logLevel`).
+//! Minimal leveled logging to stderr or a file (conf `logFile`, `logLevel`, `logFormat`).
 //!
 //! stdout belongs to CNI JSON, so logs never go there. Default: stderr at `warn`. A log file is
-//! opened in append mode once per process; lines carry the pid so parallel invocations can be
-//! told apart.
+//! opened in append mode once per process. Every line carries an RFC 3339 UTC timestamp, the pid,
+//! and, once the request is known, the attachment it is about (container ID shortened to 12
+//! characters, network, interface, pod), so that lines of parallel invocations in one file can
+//! be told apart and grepped by pod. `logFormat: json` writes one JSON object a line instead.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -39,19 +41,48 @@ impl Level {
 
 struct Sink {
     level: Level,
+    json: bool,
     file: Option<Mutex<std::fs::File>>,
 }
 
 static SINK: OnceLock<Sink> = OnceLock::new();
 
+/// Which attachment the lines are about; set once the request's environment is known.
+#[derive(Debug, Clone, Default)]
+pub struct LogContext {
+    pub container: String,
+    pub network: String,
+    pub ifname: String,
+    /// `namespace/name` from CNI_ARGS, when given.
+    pub pod: Option<String>,
+}
+
+static CONTEXT: OnceLock<LogContext> = OnceLock::new();
+
+/// Sets the attachment every later line names (the first call wins).
+pub fn set_context(mut ctx: LogContext) {
+    ctx.container = ctx.container.chars().take(12).collect();
+    let _ = CONTEXT.set(ctx);
+}
+
 /// Sets the destination and level once; later calls are ignored. An unknown level or an
 /// unopenable file falls back to stderr at warn, with a note on stderr.
-pub fn init(file: Option<&str>, level: Option<&str>) {
+pub fn init(file: Option<&str>, level: Option<&str>, format: Option<&str>) {
     let parsed = level.and_then(Level::parse);
     let mut notes = Vec::new();
     if let (Some(text), None) = (level, parsed) {
         notes.push(format!("unknown logLevel {text:?}, using warn"));
     }
+    let json = match format {
+        None | Some("text") => false,
+        Some("json") => true,
+        Some(other) => {
+            notes.push(format!(
+                "unknown logFormat {other:?} (text or json), using text"
+            ));
+            false
+        }
+    };
     let file = match file.filter(|f| !f.is_empty()) {
         Some(path) if !is_plain_absolute(path) => {
             notes.push(format!(
@@ -72,6 +103,7 @@ pub fn init(file: Option<&str>, level: Option<&str>) {
     };
     let _ = SINK.set(Sink {
         level: parsed.unwrap_or(Level::Warn),
+        json,
         file,
     });
     for n in notes {
@@ -110,12 +142,13 @@ pub fn log(level: Level, msg: &str) {
     if !enabled(level) {
         return;
     }
-    let line = format!(
-        "{} rdma-ns[{}] {}: {}\n",
-        timestamp(),
-        std::process::id(),
-        level.label(),
-        msg
+    let json = SINK.get().is_some_and(|s| s.json);
+    let line = format_line(
+        json,
+        &rfc3339(std::time::SystemTime::now()),
+        level,
+        CONTEXT.get(),
+        msg,
     );
     match SINK.get().and_then(|s| s.file.as_ref()) {
         Some(file) => {
@@ -129,11 +162,65 @@ pub fn log(level: Level, msg: &str) {
     }
 }
 
-fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    format!("{}.{:06}", now.as_secs(), now.subsec_micros())
+fn format_line(
+    json: bool,
+    time: &str,
+    level: Level,
+    ctx: Option<&LogContext>,
+    msg: &str,
+) -> String {
+    let pid = std::process::id();
+    if json {
+        let mut obj = serde_json::json!({"time": time, "level": level.label(), "pid": pid});
+        if let Some(c) = ctx {
+            obj["container"] = c.container.clone().into();
+            obj["network"] = c.network.clone().into();
+            obj["ifname"] = c.ifname.clone().into();
+            if let Some(p) = &c.pod {
+                obj["pod"] = p.clone().into();
+            }
+        }
+        obj["msg"] = msg.into();
+        return format!("{obj}\n");
+    }
+    let about = match ctx {
+        Some(c) => format!(
+            " [container={} network={} ifname={}{}]",
+            c.container,
+            c.network,
+            c.ifname,
+            c.pod
+                .as_deref()
+                .map(|p| format!(" pod={p}"))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    };
+    format!("{time} rdma-ns[{pid}] {}:{about} {msg}\n", level.label())
+}
+
+/// RFC 3339 in UTC with microseconds, e.g. `2026-12-01T01:02:03.000456Z`, from the civil date of
+/// the days since the epoch (Howard Hinnant's days_from_civil, inverted): no time crate needed.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
 }
 
 /// `log_info!("...", args)` and friends format their message only when the level is on: the
@@ -209,6 +296,46 @@ mod tests {
         for bad in ["rdma-ns.log", "./x.log", "/var/log/../../etc/shadow", ""] {
             assert!(!is_plain_absolute(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let at = |s: u64, us: u32| rfc3339(UNIX_EPOCH + Duration::new(s, us * 1000));
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        // `date -u -d @1796085720` and a leap day.
+        assert_eq!(at(1_796_085_720, 7), "2026-12-01T00:42:00.000007Z");
+        assert_eq!(at(951_825_600, 0), "2000-02-29T12:00:00.000000Z");
+        assert_eq!(at(4_102_444_799, 0), "2099-12-31T23:59:59.000000Z");
+    }
+
+    #[test]
+    fn lines_name_the_attachment_in_text_and_json() {
+        let ctx = LogContext {
+            container: "0123456789ab".into(),
+            network: "roce".into(),
+            ifname: "net1".into(),
+            pod: Some("team/trainer-0".into()),
+        };
+        let t = "2026-12-01T00:42:00.000007Z";
+        let text = format_line(false, t, Level::Info, Some(&ctx), "moved \"x\"");
+        assert_eq!(
+            text,
+            format!(
+                "{t} rdma-ns[{}] info: [container=0123456789ab network=roce ifname=net1 \
+                 pod=team/trainer-0] moved \"x\"\n",
+                std::process::id()
+            )
+        );
+        let line = format_line(true, t, Level::Warn, Some(&ctx), "moved \"x\"");
+        let v: serde_json::Value = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(v["time"], t);
+        assert_eq!(v["level"], "warn");
+        assert_eq!(v["pod"], "team/trainer-0");
+        assert_eq!(v["container"], "0123456789ab");
+        assert_eq!(v["msg"], "moved \"x\"");
+        let bare = format_line(false, t, Level::Error, None, "m");
+        assert!(bare.ends_with(" error: m\n"), "{bare}");
     }
 
     #[test]

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 /// The `step X done` lines of a debug log, in order, for one command's pid.
 fn steps_in(log: &str) -> Vec<String> {
     log.lines()
-        .filter_map(|l| l.split_once("debug: step ").map(|(_, r)| r))
+        .filter(|l| l.contains(" debug: "))
+        .filter_map(|l| l.split_once(" step ").map(|(_, r)| r))
         .filter_map(|r| r.strip_suffix(" done"))
         .map(str::to_string)
         .collect()

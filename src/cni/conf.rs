@@ -35,6 +35,8 @@ pub struct NetConf {
     pub capabilities: BTreeMap<String, bool>,
     pub log_file: Option<String>,
     pub log_level: Option<String>,
+    /// `logFormat`: `text` (default) or `json`.
+    pub log_format: Option<String>,
     pub data_dir: Option<String>,
     /// GC's `cni.dev/valid-attachments`; empty for other commands.
     pub valid_attachments: Vec<Attachment>,
@@ -91,6 +93,8 @@ struct WireConf<'a> {
     log_file: Option<String>,
     #[serde(rename = "logLevel")]
     log_level: Option<String>,
+    #[serde(rename = "logFormat")]
+    log_format: Option<String>,
     #[serde(rename = "dataDir")]
     data_dir: Option<String>,
     /// Read by GC only (a stray value elsewhere is not an error), and `null` differs from
@@ -218,6 +222,7 @@ impl NetConf {
             capabilities: wire.capabilities.unwrap_or_default(),
             log_file: wire.log_file,
             log_level: wire.log_level,
+            log_format: wire.log_format,
             data_dir: wire.data_dir,
             valid_attachments,
             text: Arc::from(stdin),

@@ -89,10 +89,27 @@ pub fn dispatch(
     }
     let conf =
         NetConf::parse(&stdin, command).map_err(|e| (version::error_version_of(&stdin), e))?;
-    crate::log::init(conf.log_file.as_deref(), conf.log_level.as_deref());
+    crate::log::init(
+        conf.log_file.as_deref(),
+        conf.log_level.as_deref(),
+        conf.log_format.as_deref(),
+    );
     let reply_version = conf.cni_version.clone();
     let fail = |e: Error| (reply_version.clone(), e);
     let env = raw_env.validate(command).map_err(fail)?;
+    crate::log::set_context(crate::log::LogContext {
+        container: env.container_id.clone(),
+        network: conf.name.clone(),
+        ifname: env.ifname.clone(),
+        pod: match (
+            env.args.get("K8S_POD_NAMESPACE"),
+            env.args.get("K8S_POD_NAME"),
+        ) {
+            (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
+            (None, Some(name)) => Some(name.to_string()),
+            _ => None,
+        },
+    });
     let req = Request { env, conf, stdin };
     crate::log_debug!(
         "{:?} container={} ifname={} netns={:?}",

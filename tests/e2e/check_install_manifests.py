@@ -140,7 +140,38 @@ def check_daemonset():
                     f"rename it over {mount}/rdma-ns:\n{script}"):
         ok(f"init command copies {found[0]} to {found[1]}, then renames it over {mount}/rdma-ns")
         check(re.search(r"set -e", script), "the init script does not stop on the first error (set -e)")
+    check_reconcile_container(pod, vols)
     return {"mount": mount, "source": found[0] if found else None, "image": c.get("image")}
+
+
+def check_reconcile_container(pod, vols):
+    """The reconcile sidecar: `rdma-ns reconcile --interval N --data-dir D`, privileged in the
+    host netns, with the data dir, the CNI bin dir, the CNI conf dir and the netns dir at their
+    host paths (the records name host paths: CNI_PATH, netns, IPAM files)."""
+    found = [c for c in pod.get("containers") or []
+             if "reconcile" in (c.get("command") or []) + (c.get("args") or [])]
+    if not check(len(found) == 1, "no container runs `rdma-ns reconcile`"):
+        return
+    c = found[0]
+    argv = (c.get("command") or []) + (c.get("args") or [])
+    def opt(name):
+        return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+    interval = opt("--interval")
+    check(interval is not None and interval.isdigit() and int(interval) > 0,
+          f"reconcile runs once (no --interval SECONDS): {argv}")
+    data_dir = opt("--data-dir") or "/var/lib/cni/rdma-ns"
+    check(pod.get("hostNetwork") is True, "the reconcile container is not in the host network namespace")
+    check((c.get("securityContext") or {}).get("privileged") is True,
+          "the reconcile container is not privileged (it moves host devices and enters netns)")
+    mounts = {m["mountPath"].rstrip("/"): vols.get(m["name"], {}) for m in c.get("volumeMounts") or []}
+    for path in [data_dir, "/opt/cni/bin", "/etc/cni/net.d", "/var/run/netns"]:
+        host = (mounts.get(path) or {}).get("hostPath", {}).get("path")
+        check(host == path, f"the reconcile container does not mount the host's {path} at {path} (got {host!r})")
+    netns = [m for m in c.get("volumeMounts") or [] if m["mountPath"].rstrip("/") == "/var/run/netns"]
+    check(netns and netns[0].get("mountPropagation") == "HostToContainer",
+          "the netns dir is mounted without HostToContainer propagation: netns created later are invisible")
+    ok(f"container {c['name']} runs reconcile every {interval} s, privileged in the host netns, "
+       f"with {data_dir}, /opt/cni/bin, /etc/cni/net.d and /var/run/netns at their host paths")
 
 
 def containerfile_parse():

@@ -370,6 +370,9 @@ plugin_calls() {
   awk '
     match($0, /rdma-ns\[[0-9]+\]/) {
       pid = substr($0, RSTART + 8, RLENGTH - 9)
+      # Drop the attachment the line is about ("[container=... ifname=...]"), so the fields
+      # are the same with and without it.
+      line = $0; sub(/ \[container=[^]]*\]/, "", line); $0 = line
       if (!(pid in seen)) { seen[pid] = 1; order[n++] = pid; cmd[pid] = "?"; ns[pid] = "?" }
       if ($3 == "debug:" && $5 ~ /^container=/) {
         cmd[pid] = toupper($4)
@@ -388,7 +391,7 @@ plugin_calls() {
       exit bad
     }' "$1"
 }
-count_calls() { grep -c "debug: $2 container=" "$1" || true; }
+count_calls() { grep -cE "debug: (\[container=[^]]*\] )?$2 container=" "$1" || true; }
 # Attachment records under a dataDir (lock files excluded: they are kept by design).
 records() { find "$1" -path "$1/locks" -prune -o -type f -path "$1/*/*" -print 2>/dev/null; }
 # libcni's result cache entries (NETWORK-CONTAINERID-IFNAME) of the network NETWORK, or without
@@ -608,7 +611,7 @@ case_podman() {
   step "podman lists $NET (driver rdma-ns)"
   T 120 podman run -d --name "$name" --network "$NET" "$IMG_BUSYBOX" \
     sh -c 'trap "exit 0" TERM; sleep 600 & wait' >/dev/null || die "podman run failed (log: $(cat "$log" 2>/dev/null))"
-  netns=$(sed -n 's/.*debug: Add .*netns=Some("\(.*\)")/\1/p' "$log" | tail -1)
+  netns=$(sed -n 's/.*debug: .*Add container=.*netns=Some("\(.*\)")/\1/p' "$log" | tail -1)
   # The "netns gone" check below means something only if this path was found and existed.
   { [ -n "$netns" ] && [ -e "$netns" ]; } || die "no pod netns path from ADD's log line, or it does not exist: '$netns'"
   echo "$netns" >>"$TMP/netns"
@@ -787,7 +790,7 @@ case_ctr() {
   say "          DEL arrives afterwards with an empty CNI_NETNS. A physical netdev would return to"
   say "          the host (as eth0, renamed back by DEL); a veth is destroyed with the netns, so here"
   say "          the checks are: DEL succeeds, no record is left, no link with $mac is stranded."
-  grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
+  grep -q 'debug: .*Del container=.*netns=None' "$log" || die "DEL did not arrive with an empty netns"
   { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
   wait_for 10 "the veth pair to be destroyed with the netns" sh -c "! ip link show ${nic}p" || die "peer ${nic}p still exists"
   [ -z "$(links_with_mac "$mac")" ] || die "a host link still carries $mac: $(links_with_mac "$mac")"
@@ -833,7 +836,7 @@ case_ctr_macvlan() {
   { [ -n "$cmac" ] && [ "$cmac" != "$pmac" ]; } || die "eth0 in the container: unexpected MAC: $out"
   step "inside (ip in the container): eth0, mtu 9000 (the parent's), $cmac, inet 10.56.16.2/24"
   grep -v '^\s*$' "$C/err" | grep -qiE 'error|fail' && die "ctr reported: $(cat "$C/err")"
-  grep -q 'debug: Del .*netns=None' "$log" || die "DEL did not arrive with an empty netns"
+  grep -q 'debug: .*Del container=.*netns=None' "$log" || die "DEL did not arrive with an empty netns"
   step "container exited; ctr ran CNI DEL with an empty CNI_NETNS (stderr clean)"
   { grep 'warn:' "$log" || true; } | sed 's/^[^ ]* /      plugin: /'
   macvlan_gone "$parent" "$view" "$cmac"
@@ -892,7 +895,7 @@ case_cri() {
   plugin_calls "$log" || die "an rdma-ns invocation failed (above)"
   local dels empty
   dels=$(count_calls "$log" Del)
-  empty=$(grep -c 'debug: Del .*netns=None' "$log" || true)
+  empty=$(grep -c 'debug: .*Del container=.*netns=None' "$log" || true)
   { [ "$(count_calls "$log" Add)" = 1 ] && [ "$dels" -ge 2 ] && [ "$empty" -ge 1 ]; } ||
     die "expected 1 ADD and repeated DELs (some with an empty netns); got $dels DELs, $empty with empty netns"
   step "$dels DELs, $empty of them with an empty CNI_NETNS (repeated, no prevResult): all succeeded"
@@ -1034,8 +1037,11 @@ a copy straight over rdma-ns (no rename)|s|cp /usr/local/bin/rdma-ns "$tmp"|cp /
 a temp file outside the target dir|s|tmp="$dst/.rdma-ns.tmp.$$"|tmp="/tmp/.rdma-ns.tmp.$$"|
 namespace default|s|namespace: kube-system|namespace: default|
 no /opt/cni/bin hostPath|s|path: /opt/cni/bin|path: /opt/cni/bin2|
+a reconcile that runs once|s|"--interval", "60", ||
+a reconcile without the netns dir's propagation|s|mountPropagation: HostToContainer||
+a reconcile outside the host netns|s|hostNetwork: true|hostNetwork: false|
 EOF
-  step "broken copies rejected: copy without rename, temp file outside the dir, wrong namespace, wrong hostPath"
+  step "broken copies rejected: copy without rename, temp file outside the dir, wrong namespace, wrong hostPath, reconcile run once, without netns propagation or host netns"
 }
 
 # The Containerfile's static checks, then its image stage built locally (its base image and the
