@@ -162,9 +162,14 @@ fn a_signal_while_waiting_for_the_reply_does_not_fail_the_request() {
     // SAFETY: the handler only touches an atomic; no other test uses SIGUSR2.
     unsafe { sigaction(Signal::SIGUSR2, &action) }.unwrap();
     let (mut sock, kernel) = pair();
+    /// musl's pthread_t is a pointer, which is not Send; the id is only handed to pthread_kill.
+    struct Thread(libc::pthread_t);
+    // SAFETY: the id is never dereferenced, only passed back to pthread_kill.
+    unsafe impl Send for Thread {}
     // SAFETY: pthread_self has no preconditions.
-    let waiting = unsafe { libc::pthread_self() };
+    let waiting = Thread(unsafe { libc::pthread_self() });
     let fake = std::thread::spawn(move || {
+        let waiting = waiting;
         let mut buf = [0u8; 64];
         let len = kernel.recv(&mut buf).unwrap();
         let seq = seq_of(&buf[..len]);
@@ -172,7 +177,7 @@ fn a_signal_while_waiting_for_the_reply_does_not_fail_the_request() {
         for _ in 0..2 {
             std::thread::sleep(Duration::from_millis(50));
             // SAFETY: the requesting thread outlives this one (it joins it).
-            let rc = unsafe { libc::pthread_kill(waiting, libc::SIGUSR2) };
+            let rc = unsafe { libc::pthread_kill(waiting.0, libc::SIGUSR2) };
             assert_eq!(rc, 0);
         }
         std::thread::sleep(Duration::from_millis(50));
