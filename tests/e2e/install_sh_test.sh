@@ -88,4 +88,30 @@ cmp -s "$plugin" "$work/bb/bin/rdma-ns" && cmp -s conf/move.conflist "$work/bb/n
   die "busybox run placed wrong files"
 no_temp_files "$work/bb"
 ok "works under busybox sh with busybox applets only (as in the installer image)"
+# 8. uninstall: refused while an attachment is recorded (a fake record of a live pod), then
+# everything goes, the binary last; installed twice first, as an upgrade would.
+un=install/uninstall.sh
+u=$work/un
+"$inst" --binary "$plugin" --bin-dir "$u/bin" --conf move --conf-dir "$u/net.d" >/dev/null
+"$inst" --binary "$plugin" --bin-dir "$u/bin" --conf move --conf-dir "$u/net.d" >/dev/null
+mkdir -p "$u/data/rdma-move" "$u/modprobe.d"
+echo 'options ib_core netns_mode=0' >"$u/modprobe.d/ib_core.conf"
+cat >"$u/data/rdma-move/c0ffee:net1.json" <<'REC'
+{"schema":2,"network":"rdma-move","containerId":"c0ffee","ifname":"net1","mode":"move","phase":"ready","netns":"/proc/1/ns/net","deviceKey":"pci-0000:3b:00.2","host":{"name":"ens1f0v0","ifindex":7,"mtu":1500,"hwaddr":"02:00:00:00:00:07","wasUp":true}}
+REC
+"$u/bin/rdma-ns" list --data-dir "$u/data" | grep -q rdma-move || die "rdma-ns list does not show the planted record"
+un_args="--bin-dir $u/bin --conf-dir $u/net.d --data-dir $u/data --modprobe $u/modprobe.d/ib_core.conf"
+# shellcheck disable=SC2086 # the options are words
+if "$un" $un_args >"$work/out8" 2>&1; then die "uninstall went ahead with an attachment recorded"; fi
+grep -q "1 attachment(s) remain" "$work/out8" || die "the refusal does not say why: $(cat "$work/out8")"
+[ -x "$u/bin/rdma-ns" ] && [ -e "$u/net.d/90-rdma-ns-move.conflist" ] && [ -e "$u/data/rdma-move/c0ffee:net1.json" ] ||
+  die "a refused uninstall removed something"
+rm "$u/data/rdma-move/c0ffee:net1.json"
+# shellcheck disable=SC2086
+"$un" $un_args >"$work/out9" 2>&1 || die "uninstall with no attachment failed: $(cat "$work/out9")"
+for gone in "$u/bin/rdma-ns" "$u/net.d/90-rdma-ns-move.conflist" "$u/data" "$u/modprobe.d/ib_core.conf"; do
+  [ ! -e "$gone" ] || die "uninstall left $gone"
+done
+[ "$(tail -n1 "$work/out9")" = "removed $u/bin/rdma-ns" ] || die "the binary was not removed last: $(cat "$work/out9")"
+ok "uninstall refuses while rdma-ns list shows an attachment, then removes confs, data dir, modprobe snippet and, last, the binary"
 rm -rf "$work"
