@@ -1,8 +1,11 @@
 //! rdma-ns: a CNI plugin that gives pods RDMA netdevices and ib devices.
 //!
 //! Layers: [`cni`] speaks the protocol and knows nothing about RDMA; [`attach`] turns a
-//! request into steps with undo; [`kernel`] talks to netlink, netns and sysfs and knows
-//! nothing about CNI.
+//! request into a mode's steps with undo (`attach::modes`, one `ModeDriver` each; the shared
+//! lifecycle and DEL frame in `attach::lifecycle`); [`kernel`] talks to netlink (one transport,
+//! `kernel::netlink`), netns and sysfs and knows nothing about CNI. A new mode goes in
+//! `attach/modes/`, a new selector in `attach/select.rs`, a new netlink request in
+//! `kernel/rtnetlink/request.rs` or `kernel/nldev.rs`.
 
 pub mod attach;
 pub mod cni;
