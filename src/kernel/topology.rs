@@ -9,6 +9,7 @@
 //! module reports is the view of that netns: an ib device moved away in exclusive mode vanishes
 //! from `class/infiniband`, while its char devices (untagged classes) stay listed.
 
+#[cfg(test)]
 pub mod fixtures;
 
 use std::fmt;
