@@ -717,3 +717,47 @@ fn pod_requests_act_in_the_pod_whichever_handle_names_it() {
     names.sort();
     assert_eq!(names, ["lo", "v0", "v1"]);
 }
+
+/// The NetOps scenarios the fake kernel is held to (src/attach/tests/conformance.rs), here
+/// against the real kernel: the fake cannot drift from it unnoticed.
+#[test]
+fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
+    use rdma_ns::kernel::conformance;
+    type Scenario = fn(&dyn NetOps, Ns<'_>, &Link, &str) -> Result<(), String>;
+    let scenarios: [(&str, Scenario, &str); 4] = [
+        (
+            "a move keeps the ifindex",
+            conformance::a_move_keeps_the_ifindex,
+            "net1",
+        ),
+        (
+            "a move flushes addresses and sets the link down",
+            conformance::a_move_flushes_addresses_and_sets_the_link_down,
+            "net1",
+        ),
+        (
+            "a rename that fails leaves the link moved",
+            conformance::a_rename_that_fails_leaves_the_link_moved,
+            "net9",
+        ),
+        (
+            "a taken name is EEXIST",
+            conformance::a_taken_name_is_eexist,
+            "net9",
+        ),
+    ];
+    for (what, scenario, ifname) in scenarios {
+        let mut s = Scratch::new();
+        let (a, b) = (s.name("a"), s.name("b"));
+        s.veth(&a, &b);
+        ip(&["addr", "add", "192.0.2.7/24", "dev", &a]);
+        ip(&["link", "set", &a, "up"]);
+        let (pod_name, pod) = s.netns("c");
+        ip(&[
+            "-n", &pod_name, "link", "add", "net9", "type", "veth", "peer", "name", "net9p",
+        ]);
+        let k = kernel();
+        let dev = host_link(&k, &a);
+        scenario(&k, Ns::Pod(&pod), &dev, ifname).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}

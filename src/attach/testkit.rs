@@ -180,6 +180,18 @@ impl NetOps for FakeKernel {
                 .any(|a| a == &new_name && a != &st.links[pos].1.name)
                 && c.name.is_some();
         if clash {
+            // The kernel moves first, under the current name when that is free in the target,
+            // then fails the rename: the link ends up moved, down, flushed, with its old name.
+            let old_name = st.links[pos].1.name.clone();
+            if moving && !Self::name_taken(&st, &target_ns, &old_name, index) {
+                let entry = &mut st.links[pos];
+                entry.0 = target_ns;
+                entry.1.up = false;
+                if let Some(m) = c.mtu {
+                    entry.1.mtu = m;
+                }
+                st.addrs.remove(&index);
+            }
             return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
         }
         let entry = &mut st.links[pos];

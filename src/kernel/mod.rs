@@ -16,6 +16,8 @@
 //! - Facts read from files: [`sysfs`] (the one root) and [`topology`] (ib devices, ports,
 //!   GIDs, char devices and the PCI functions behind them); [`netns`] for namespace handles.
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod conformance;
 pub mod netlink;
 pub mod netns;
 pub mod nldev;

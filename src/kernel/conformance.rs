@@ -1,0 +1,138 @@
+//! The [`NetOps`] behaviour the attachment steps rely on, written once: unit tests run these
+//! scenarios against the fake kernel (src/attach/testkit.rs) and the root tier against the real
+//! one (tests/netlink_root.rs), so the fake cannot drift from the kernel unnoticed.
+//!
+//! Each scenario gets a host link to work on (up, with an address, its name free in the pod) and
+//! the pod namespace, and leaves the link in the pod under `ifname` (or where the scenario says);
+//! it returns what went wrong as text, to be asserted by the caller.
+
+use ipnetwork::IpNetwork;
+
+use crate::kernel::{Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, Ns};
+
+type Outcome = Result<(), String>;
+
+fn find(k: &dyn NetOps, ns: Ns<'_>, index: u32) -> Result<Option<Link>, String> {
+    k.link_by_index(ns, index).map_err(|e| e.to_string())
+}
+
+/// A move with a new name and MTU in one request keeps the ifindex, and the link is no longer
+/// in the host.
+pub fn a_move_keeps_the_ifindex(k: &dyn NetOps, pod: Ns<'_>, dev: &Link, ifname: &str) -> Outcome {
+    k.set_link(
+        Ns::Host,
+        dev.index,
+        &LinkChange {
+            netns: Some(pod),
+            name: Some(ifname.to_string()),
+            mtu: Some(1400),
+            up: None,
+        },
+    )
+    .map_err(|e| format!("move: {e}"))?;
+    let moved = find(k, pod, dev.index)?.ok_or("the ifindex changed in the move")?;
+    if moved.name != ifname || moved.mtu != 1400 || moved.hwaddr != dev.hwaddr {
+        return Err(format!("moved as {moved:?}"));
+    }
+    if find(k, Ns::Host, dev.index)?.is_some_and(|l| l.hwaddr == dev.hwaddr) {
+        return Err("still in the host after the move".into());
+    }
+    Ok(())
+}
+
+/// A move flushes the link's addresses and sets it down: the pod starts from a bare link.
+pub fn a_move_flushes_addresses_and_sets_the_link_down(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    let before = k
+        .addresses(Ns::Host, dev.index)
+        .map_err(|e| e.to_string())?;
+    if before.is_empty() || !dev.up {
+        return Err("the scenario needs an up link with an address".into());
+    }
+    a_move_keeps_the_ifindex(k, pod, dev, ifname)?;
+    let moved = find(k, pod, dev.index)?.ok_or("gone")?;
+    let after = k.addresses(pod, dev.index).map_err(|e| e.to_string())?;
+    let global: Vec<&IpNetwork> = after
+        .iter()
+        .filter(|a| !matches!(a, IpNetwork::V6(v6) if v6.ip().segments()[0] & 0xffc0 == 0xfe80))
+        .collect();
+    if moved.up || !global.is_empty() {
+        return Err(format!(
+            "after the move: up={} addresses={after:?}",
+            moved.up
+        ));
+    }
+    Ok(())
+}
+
+/// A move whose new name is taken in the pod fails with EEXIST after the move itself: the link
+/// is in the pod under its host name, same ifindex (callers roll back from there).
+pub fn a_rename_that_fails_leaves_the_link_moved(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    taken_in_pod: &str,
+) -> Outcome {
+    let err = k
+        .set_link(
+            Ns::Host,
+            dev.index,
+            &LinkChange {
+                netns: Some(pod),
+                name: Some(taken_in_pod.to_string()),
+                mtu: None,
+                up: None,
+            },
+        )
+        .err()
+        .ok_or("a rename to a taken name succeeded")?;
+    if !err.is_errno(nix::errno::Errno::EEXIST) {
+        return Err(format!("want EEXIST, got {err}"));
+    }
+    let moved = find(k, pod, dev.index)?.ok_or("the link did not move before the rename failed")?;
+    if moved.name != dev.name {
+        return Err(format!(
+            "in the pod as {}, want its host name {}",
+            moved.name, dev.name
+        ));
+    }
+    Ok(())
+}
+
+/// Creating a child under a name the pod already has is EEXIST, and nothing is created.
+pub fn a_taken_name_is_eexist(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    parent: &Link,
+    taken_in_pod: &str,
+) -> Outcome {
+    let before = k.links(pod).map_err(|e| e.to_string())?.len();
+    let err = k
+        .create_link(
+            Ns::Host,
+            &NewLink {
+                name: taken_in_pod.to_string(),
+                kind: LinkKind::Macvlan {
+                    mode: MacvlanMode::Bridge,
+                },
+                parent_index: parent.index,
+                target_netns: Some(pod),
+                mtu: None,
+                hwaddr: None,
+            },
+        )
+        .err()
+        .ok_or("a child was created under a taken name")?;
+    if !err.is_errno(nix::errno::Errno::EEXIST) {
+        return Err(format!("want EEXIST, got {err}"));
+    }
+    let after = k.links(pod).map_err(|e| e.to_string())?.len();
+    if after != before {
+        return Err(format!("{before} links in the pod before, {after} after"));
+    }
+    Ok(())
+}
