@@ -39,7 +39,9 @@ pub struct FakeState {
 
 #[derive(Default)]
 pub struct FakeKernel {
-    pub state: RefCell<FakeState>,
+    /// Shared with a [`FakeRdma`] that re-creates IPoIB netdevs when their ib device moves: one
+    /// fake host, two seams.
+    pub state: std::rc::Rc<RefCell<FakeState>>,
 }
 
 impl FakeKernel {
@@ -386,7 +388,7 @@ impl IpamOps for FakeIpam {
 
 /// A fake RDMA subsystem: ib devices per namespace, and optionally the kernel's re-creation of
 /// an IPoIB netdev in the target netns when its ib device moves.
-pub struct FakeRdma<'k> {
+pub struct FakeRdma {
     pub mode: Option<crate::kernel::nldev::NetnsMode>,
     /// (namespace key, ib device name, index)
     pub devices: RefCell<Vec<(String, String, u32)>>,
@@ -395,10 +397,10 @@ pub struct FakeRdma<'k> {
     pub calls: RefCell<Vec<String>>,
     /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
     /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
-    pub ipoib: Option<(&'k FakeKernel, Vec<u8>)>,
+    pub ipoib: Option<(std::rc::Rc<RefCell<FakeState>>, Vec<u8>)>,
 }
 
-impl<'k> FakeRdma<'k> {
+impl FakeRdma {
     pub fn new(mode: Option<crate::kernel::nldev::NetnsMode>, devices: &[(&str, u32)]) -> Self {
         FakeRdma {
             mode,
@@ -424,7 +426,7 @@ impl<'k> FakeRdma<'k> {
     }
 }
 
-impl crate::kernel::rdma_ops::RdmaOps for FakeRdma<'_> {
+impl crate::kernel::rdma_ops::RdmaOps for FakeRdma {
     fn netns_mode(&self) -> KResult<Option<crate::kernel::nldev::NetnsMode>> {
         self.calls.borrow_mut().push("netns_mode".into());
         Ok(self.mode)
@@ -453,8 +455,8 @@ impl crate::kernel::rdma_ops::RdmaOps for FakeRdma<'_> {
             .find(|(k, _, i)| *k == key && *i == index)
             .ok_or_else(|| KernelError::new(line.clone(), "ib", ns, nix::libc::ENODEV))?;
         dev.0 = ns_key(target);
-        if let Some((kernel, gid_addr)) = &self.ipoib {
-            let mut st = kernel.state.borrow_mut();
+        if let Some((host, gid_addr)) = &self.ipoib {
+            let mut st = host.borrow_mut();
             if let Some((k, l)) = st
                 .links
                 .iter_mut()

@@ -183,7 +183,7 @@ struct World {
     _tmp: TempDir,
     kernel: FakeKernel,
     ipam: FakeIpam,
-    rdma: FakeRdma<'static>,
+    rdma: FakeRdma,
     sys: SysRoot,
     store: Store,
     conf: String,

@@ -53,7 +53,7 @@ fn ipoib_netdev() -> Link {
 struct World {
     _tmp: TempDir,
     fx: SysfsFixture,
-    kernel: &'static FakeKernel,
+    kernel: FakeKernel,
     ipam: FakeIpam,
     store: Store,
     data: String,
@@ -66,7 +66,7 @@ impl World {
         World {
             data: tmp.path().join("data").display().to_string(),
             store: Store::new(tmp.path().join("data")),
-            kernel: Box::leak(Box::new(FakeKernel::with_host_links(links))),
+            kernel: FakeKernel::with_host_links(links),
             ipam: FakeIpam::default(),
             fx,
             _tmp: tmp,
@@ -97,7 +97,7 @@ impl World {
 
     fn run(
         &self,
-        rdma: &FakeRdma<'_>,
+        rdma: &FakeRdma,
         command: Command,
         fields: &str,
         netns: &str,
@@ -114,7 +114,7 @@ impl World {
 
     fn run_with(
         &self,
-        rdma: &FakeRdma<'_>,
+        rdma: &FakeRdma,
         command: Command,
         fields: &str,
         netns: &str,
@@ -127,7 +127,7 @@ impl World {
         let req = self.request(command, &fields, netns);
         let pc = PluginConf::from_conf(&req.conf)?;
         let ctx = Ctx {
-            kernel: self.kernel,
+            kernel: &self.kernel,
             sys: self.fx.root(),
             store: &self.store,
             ipam: &self.ipam,
@@ -160,7 +160,7 @@ impl World {
     }
 }
 
-fn moves(rdma: &FakeRdma<'_>) -> Vec<String> {
+fn moves(rdma: &FakeRdma) -> Vec<String> {
     rdma.calls
         .borrow()
         .iter()
@@ -285,7 +285,7 @@ fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
                 let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[(ibdev, index)]);
                 if mac == IPOIB_ADDR {
                     // The kernel re-creates IPoIB netdevs when their ib device moves.
-                    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+                    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
                 }
                 (w, rdma)
             },
@@ -370,7 +370,7 @@ fn shared_mode_leaves_the_ib_device_unless_exclusive_is_required() {
 fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
     let w = World::new(vec![ipoib_netdev()]);
     let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
-    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
     w.run(
         &rdma,
         Command::Add,
@@ -414,7 +414,7 @@ fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
 fn ipoib_rollback_renames_the_recreated_host_netdev() {
     let w = World::new(vec![ipoib_netdev()]);
     let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
-    rdma.ipoib = Some((w.kernel, parse_hwaddr(IPOIB_ADDR).unwrap()));
+    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
     w.run(
         &rdma,
         Command::Add,
@@ -457,7 +457,7 @@ mod chained {
 
     fn run(
         w: &World,
-        rdma: &FakeRdma<'_>,
+        rdma: &FakeRdma,
         command: Command,
         fields: &str,
         netns: &str,
@@ -467,7 +467,7 @@ mod chained {
 
     fn run_with(
         w: &World,
-        rdma: &FakeRdma<'_>,
+        rdma: &FakeRdma,
         command: Command,
         fields: &str,
         netns: &str,
@@ -480,7 +480,7 @@ mod chained {
         let req = w.request(command, &format!(r#""mode":"rdma",{fields}{gc}"#), netns);
         let pc = PluginConf::from_conf(&req.conf)?;
         let ctx = Ctx {
-            kernel: w.kernel,
+            kernel: &w.kernel,
             sys: w.fx.root(),
             store: &w.store,
             ipam: &w.ipam,
@@ -687,7 +687,7 @@ mod published {
             let req = w.request(command, fields, POD);
             let pc = PluginConf::from_conf(&req.conf).unwrap();
             let ctx = Ctx {
-                kernel: w.kernel,
+                kernel: &w.kernel,
                 sys: w.fx.root(),
                 store: &w.store,
                 ipam: &w.ipam,
