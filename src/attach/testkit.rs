@@ -51,6 +51,19 @@ impl FakeKernel {
         k
     }
 
+    /// The part of a combined change the kernel applies before a failed rename: the link is in
+    /// `target` under its old name, down, with the new MTU and no addresses.
+    fn move_keeping_name(st: &mut FakeState, pos: usize, target: String, mtu: Option<u32>) {
+        let index = st.links[pos].1.index;
+        let entry = &mut st.links[pos];
+        entry.0 = target;
+        entry.1.up = false;
+        if let Some(m) = mtu {
+            entry.1.mtu = m;
+        }
+        st.addrs.remove(&index);
+    }
+
     /// Every call whose log line contains `pattern` fails with `errno`.
     pub fn fail_on(&self, pattern: &str, errno: nix::errno::Errno) {
         self.state
@@ -160,13 +173,7 @@ impl NetOps for FakeKernel {
             .as_ref()
             .is_some_and(|p| line.contains(p.as_str()))
         {
-            let entry = &mut st.links[pos];
-            entry.0 = target_ns;
-            entry.1.up = false;
-            if let Some(m) = c.mtu {
-                entry.1.mtu = m;
-            }
-            st.addrs.remove(&index);
+            Self::move_keeping_name(&mut st, pos, target_ns, c.mtu);
             return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
         }
         let new_name = c
@@ -186,13 +193,7 @@ impl NetOps for FakeKernel {
             // then fails the rename: the link ends up moved, down, flushed, with its old name.
             let old_name = st.links[pos].1.name.clone();
             if moving && !Self::name_taken(&st, &target_ns, &old_name, index) {
-                let entry = &mut st.links[pos];
-                entry.0 = target_ns;
-                entry.1.up = false;
-                if let Some(m) = c.mtu {
-                    entry.1.mtu = m;
-                }
-                st.addrs.remove(&index);
+                Self::move_keeping_name(&mut st, pos, target_ns, c.mtu);
             }
             return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
         }
