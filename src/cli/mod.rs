@@ -2,13 +2,14 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod env;
 pub mod migrate;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-]";
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], env [--netns PATH] [--format sh|json|env-file] [--best-effort] [--exec -- CMD...]";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -33,6 +34,7 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
             Some(ExitCode::SUCCESS)
         }
         "migrate" => Some(migrate::run(&args[1..])),
+        "env" => Some(env::run(&args[1..])),
         _ => None,
     }
 }

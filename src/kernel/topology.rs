@@ -10,6 +10,7 @@
 //! from `class/infiniband`, while its char devices (untagged classes) stay listed.
 
 pub mod fixtures;
+pub mod pod;
 
 use std::fmt;
 use std::fs;
