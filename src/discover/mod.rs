@@ -134,6 +134,8 @@ pub struct Finding {
     /// The index RDMA on this interface uses: the RoCE v2 GID of its first IPv4 address (else
     /// of its first other routable address); 0 on InfiniBand (the port GID).
     pub gid_index: Option<u32>,
+    /// The GID at `gid_index`, as the kernel's table holds it.
+    pub gid: Option<Ipv6Addr>,
 }
 
 impl Finding {
@@ -469,6 +471,7 @@ fn describe(
 ) -> Result<Finding, DiscoverError> {
     let mut gids = Vec::new();
     let mut gid_index = None;
+    let mut gid = None;
     match brief.link_layer {
         LinkLayer::Ethernet => {
             let ips = iface.roce_ips();
@@ -489,12 +492,13 @@ fn describe(
             }
             // IPv4 first (NCCL's default address family), each kind in address order.
             let v2 = |g: &&AddrGid| g.gid_type.as_deref() == Some("RoCE v2");
-            gid_index = gids
+            let chosen = gids
                 .iter()
                 .filter(v2)
                 .find(|g| g.ip.is_ipv4())
-                .or_else(|| gids.iter().find(v2))
-                .and_then(|g| g.index);
+                .or_else(|| gids.iter().find(v2));
+            gid_index = chosen.and_then(|g| g.index);
+            gid = chosen.map(|g| gid_of_ip(g.ip));
         }
         LinkLayer::InfiniBand => {
             let g0 = topo
@@ -503,7 +507,8 @@ fn describe(
                     "reading GID 0 of {dev} port {}",
                     brief.index
                 )))?;
-            gid_index = g0.map(|g| g.index);
+            gid_index = g0.as_ref().map(|g| g.index);
+            gid = g0.map(|g| g.gid);
         }
         LinkLayer::Other(_) => {}
     }
@@ -525,6 +530,7 @@ fn describe(
         uverbs: uverbs_node(uverbs, dev, dev_dir),
         gids,
         gid_index,
+        gid,
     })
 }
 
