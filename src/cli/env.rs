@@ -258,4 +258,64 @@ mod tests {
         assert_eq!(doc["env"]["NCCL_IB_HCA"], "=rxe0:1");
         assert!(doc["interfaces"].as_array().unwrap().is_empty());
     }
+
+    /// conf/trainer-env.yaml: the init container copies the binary from the installer image
+    /// into the volume the trainer runs it from, wrapping its entrypoint with `env --exec --`.
+    #[test]
+    fn the_trainer_example_wraps_its_entrypoint_with_the_binary_the_init_container_copies() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let read = |p: &str| std::fs::read_to_string(format!("{root}/{p}")).unwrap();
+        let pod: serde_json::Value =
+            serde_norway::from_str(&read("conf/trainer-env.yaml")).unwrap();
+        let daemonset: serde_json::Value =
+            serde_norway::from_str(&read("install/daemonset.yaml")).unwrap();
+        let installer = &daemonset["spec"]["template"]["spec"]["initContainers"][0]["image"];
+        assert_eq!(pod["kind"], "Pod");
+        let init = &pod["spec"]["initContainers"][0];
+        assert_eq!(
+            &init["image"], installer,
+            "the installer image gives the binary"
+        );
+        let cp: Vec<&str> = init["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(cp[..2], ["cp", "/usr/local/bin/rdma-ns"], "{cp:?}");
+        let volume = |c: &serde_json::Value, dest: &str| -> String {
+            let m = c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| dest.starts_with(m["mountPath"].as_str().unwrap()))
+                .unwrap_or_else(|| panic!("{dest} is on no volume of {c}"));
+            m["name"].as_str().unwrap().to_string()
+        };
+        let trainer = &pod["spec"]["containers"][0];
+        let cmd: Vec<&str> = trainer["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(cmd[0], cp[2], "the trainer runs the copied binary");
+        assert_eq!(volume(init, cp[2]), volume(trainer, cmd[0]));
+        let args: Vec<OsString> = cmd[2..].iter().map(OsString::from).collect();
+        assert_eq!(cmd[1], "env");
+        let parsed = parse_args(&args).unwrap();
+        assert_eq!(parsed.exec.unwrap()[0], "torchrun");
+        let vol = &pod["spec"]["volumes"][0];
+        assert!(vol["emptyDir"].is_object(), "{vol}");
+        assert_eq!(
+            trainer["resources"]["limits"]["rdma/hca_shared"], 1,
+            "the device plugin's resource mounts the uverbs node"
+        );
+        let nad: serde_json::Value =
+            serde_norway::from_str(&read("conf/nad-macvlan.yaml")).unwrap();
+        assert_eq!(
+            pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"],
+            nad["metadata"]["name"]
+        );
+    }
 }

@@ -381,18 +381,19 @@ fn run_exchange(args: &Args, t: &Target) -> Result<Value, String> {
 
     let deadline = || Instant::now() + args.timeout;
     let mut rtts = Vec::with_capacity(args.iters);
-    for _ in 0..args.iters {
+    for i in 0..args.iters {
+        let at = |e: verbs::VerbsError| format!("ping-pong iteration {i}: {e}");
         if server {
-            ep.wait(1, deadline()).map_err(|e| e.to_string())?;
-            ep.post_recv(64).map_err(|e| e.to_string())?;
-            ep.post_send(64, None).map_err(|e| e.to_string())?;
-            ep.wait(1, deadline()).map_err(|e| e.to_string())?;
+            ep.wait(1, deadline()).map_err(at)?;
+            ep.post_recv(64).map_err(at)?;
+            ep.post_send(64, None).map_err(at)?;
+            ep.wait(1, deadline()).map_err(at)?;
         } else {
             let t0 = Instant::now();
-            ep.post_send(64, None).map_err(|e| e.to_string())?;
-            ep.wait(2, deadline()).map_err(|e| e.to_string())?;
+            ep.post_send(64, None).map_err(at)?;
+            ep.wait(2, deadline()).map_err(at)?;
             rtts.push(t0.elapsed());
-            ep.post_recv(64).map_err(|e| e.to_string())?;
+            ep.post_recv(64).map_err(at)?;
         }
     }
     writeln!(stream, "pingpong-done").map_err(|e| e.to_string())?;

@@ -271,7 +271,10 @@ impl<'c> Endpoint<'c> {
         )?;
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 14;
+        // NCCL's default (NCCL_IB_TIMEOUT 20: 4.096 us * 2^20, about 4 s). A short timeout
+        // retransmits whenever the responder is slow to ACK (rxe under emulation), and a
+        // retransmission is one more path to get wrong.
+        a.timeout = 20;
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.sq_psn = my_psn;
