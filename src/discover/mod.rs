@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::pod::PortBrief;
-use crate::kernel::topology::{find_gid, CharDev, LinkLayer, NetdevLink, RdmaSysfs};
+use crate::kernel::topology::{find_gid, CharDev, GidEntry, LinkLayer, NetdevLink, RdmaSysfs};
 use crate::kernel::{KernelError, Link, NetOps, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
@@ -272,7 +272,7 @@ pub fn discover(
     let devices = topo
         .device_names()
         .map_err(DiscoverError::sysfs("reading class/infiniband"))?;
-    let mut ports: Vec<(&Iface, String, u32, Via)> = Vec::new();
+    let mut ports: Vec<Tie> = Vec::new();
     let mut uppers: Vec<&Iface> = Vec::new();
     for iface in ifaces {
         let own = topo
@@ -287,11 +287,11 @@ pub fn discover(
                     NetdevLink::Parent => Via::SoftRdmaParent,
                     _ => Via::OwnDevice,
                 };
-                ports.push((iface, r.ibdev, r.port, via));
+                ports.push(Tie::new(iface, r.ibdev, r.port, via));
             }
         } else if iface.link_type == ARPHRD_INFINIBAND && iface.hwaddr.len() == IPOIB_ALEN {
             if let Some((dev, port)) = ipoib_port(&topo, &devices, iface)? {
-                ports.push((iface, dev, port, Via::PortGid));
+                ports.push(Tie::new(iface, dev, port, Via::PortGid));
             }
         } else if iface.link_type == ARPHRD_ETHER
             && iface
@@ -315,24 +315,23 @@ pub fn discover(
     let unplaced: Vec<&Iface> = uppers
         .iter()
         .copied()
-        .filter(|i| !placed.iter().any(|(p, _, _)| p.name == i.name))
+        .filter(|i| !placed.iter().any(|t| t.iface.name == i.name))
         .collect();
     if !unplaced.is_empty() && !hidden.is_empty() {
         placed.extend(search_gid_tables(&topo, &hidden, &unplaced)?);
     }
-    for (iface, dev, port) in placed {
-        ports.push((iface, dev, port, Via::GidTable));
-    }
+    ports.extend(placed);
 
     let mut out = Discovery::default();
-    for (iface, dev, port, via) in ports {
+    for tie in ports {
+        let (dev, port) = (&tie.dev, tie.port);
         let Some(brief) = topo
-            .port_brief(&dev, port)
+            .port_brief(dev, port)
             .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?
         else {
             continue;
         };
-        let finding = describe(&topo, &uverbs, dev_dir, iface, &dev, &brief, via)?;
+        let finding = describe(&topo, &uverbs, dev_dir, &brief, tie)?;
         out.problems.extend(problems_of(&finding, &uverbs, dev_dir));
         out.interfaces.push(finding);
     }
@@ -362,6 +361,28 @@ fn list_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
         "none".into()
     } else {
         v.join(", ")
+    }
+}
+
+/// An interface tied to an ib port, with the port's GID entries for its addresses when the
+/// search that tied them already read them.
+struct Tie<'i> {
+    iface: &'i Iface,
+    dev: String,
+    port: u32,
+    via: Via,
+    hits: Option<Vec<GidEntry>>,
+}
+
+impl<'i> Tie<'i> {
+    fn new(iface: &'i Iface, dev: String, port: u32, via: Via) -> Self {
+        Tie {
+            iface,
+            dev,
+            port,
+            via,
+            hits: None,
+        }
     }
 }
 
@@ -400,13 +421,14 @@ fn ipoib_port(
 
 /// One pass over the Ethernet ports of `devices`, looking for the GIDs of the upper devices'
 /// addresses; an interface is placed on the port whose table holds one of its addresses
-/// under its own name. Stops once every interface is placed.
+/// under its own name, with that table's entries for every wanted address (read once: the
+/// whole table was just read). Stops once every interface is placed.
 fn search_gid_tables<'i>(
     topo: &RdmaSysfs<'_>,
     devices: &[&String],
     uppers: &[&'i Iface],
-) -> Result<Vec<(&'i Iface, String, u32)>, DiscoverError> {
-    let mut placed: Vec<(&Iface, String, u32)> = Vec::new();
+) -> Result<Vec<Tie<'i>>, DiscoverError> {
+    let mut placed: Vec<Tie> = Vec::new();
     if uppers.is_empty() {
         return Ok(placed);
     }
@@ -432,7 +454,7 @@ fn search_gid_tables<'i>(
                         "reading the GID table of {dev} port {port}"
                     )))?;
             for iface in uppers {
-                if placed.iter().any(|(p, _, _)| p.name == iface.name) {
+                if placed.iter().any(|t| t.iface.name == iface.name) {
                     continue;
                 }
                 if iface
@@ -440,7 +462,9 @@ fn search_gid_tables<'i>(
                     .iter()
                     .any(|ip| find_gid(&hits, *ip, &iface.name).is_some())
                 {
-                    placed.push((iface, (*dev).clone(), port));
+                    let mut tie = Tie::new(iface, (*dev).clone(), port, Via::GidTable);
+                    tie.hits = Some(hits.clone());
+                    placed.push(tie);
                 }
             }
             if placed.len() == uppers.len() {
@@ -464,11 +488,17 @@ fn describe(
     topo: &RdmaSysfs<'_>,
     uverbs: &[CharDev],
     dev_dir: &Path,
-    iface: &Iface,
-    dev: &str,
     brief: &PortBrief,
-    via: Via,
+    tie: Tie<'_>,
 ) -> Result<Finding, DiscoverError> {
+    let Tie {
+        iface,
+        dev,
+        via,
+        hits,
+        ..
+    } = tie;
+    let dev = dev.as_str();
     let mut gids = Vec::new();
     let mut gid_index = None;
     let mut gid = None;
@@ -476,12 +506,15 @@ fn describe(
         LinkLayer::Ethernet => {
             let ips = iface.roce_ips();
             let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-            let hits = topo
-                .gids_matching(dev, brief.index, &wanted, true)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading the GID table of {dev} port {}",
-                    brief.index
-                )))?;
+            let hits = match hits {
+                Some(h) => h,
+                None => topo
+                    .gids_matching(dev, brief.index, &wanted, true)
+                    .map_err(DiscoverError::sysfs(format!(
+                        "reading the GID table of {dev} port {}",
+                        brief.index
+                    )))?,
+            };
             for ip in &ips {
                 let hit = find_gid(&hits, *ip, &iface.name);
                 gids.push(AddrGid {
