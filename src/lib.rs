@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod cni;
+pub mod discover;
 pub mod error;
 pub mod kernel;
 pub mod log;

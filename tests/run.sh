@@ -38,13 +38,16 @@ VM=tests/vm/run.sh
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root operations)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root operations probe_build)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
 # containernetworking-plugins (/usr/lib/cni), python3 for the 1.1.0 test IPAM, flock
 # (util-linux), linux-libc-dev for the uapi headers the NLDEV constants (src/kernel/nldev.rs) are checked against.
-ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev)
+# libibverbs-dev, librdmacm-dev, clang, libclang-dev and pkg-config build rdma-ns-probe (feature
+# verbs: rdma-sys links libibverbs and runs bindgen); every cargo tier builds with the feature.
+ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev libibverbs-dev
+  librdmacm-dev clang libclang-dev pkg-config)
 # The other tiers name their own packages (--print-packages); all are installed here in one go,
 # and each tier checks its own again before it runs a case.
 pkgs=("${ROOT_PKGS[@]}")
@@ -175,7 +178,10 @@ for t in "${ROOT_TARGETS[@]}"; do
 done
 
 # ---------------------------------------------------------------- tiers
-lint() { cargo fmt --check && cargo clippy --all-targets -- -D warnings; }
+lint() {
+  cargo fmt --check && cargo clippy --all-targets -- -D warnings &&
+    cargo clippy --all-targets --features verbs -- -D warnings
+}
 if command -v cargo >/dev/null; then
   run_tier lint exit lint
 else
@@ -186,13 +192,13 @@ if [ "${#root_missing[@]}" -gt 0 ]; then
   fail_tier unit "missing: ${root_missing[*]}"
   fail_tier root "missing: ${root_missing[*]}"
 else
-  run_tier unit cargo cargo test --lib --bins
+  run_tier unit cargo cargo test --features verbs --lib --bins
   if [ "${#target_errors[@]}" -gt 0 ]; then
     fail_tier root "${target_errors[*]}"
   else
     args=()
     for t in "${ROOT_TARGETS[@]}"; do args+=(--test "$t"); done
-    run_tier root cargo cargo test "${args[@]}"
+    run_tier root cargo cargo test --features verbs "${args[@]}"
   fi
 fi
 

@@ -2,6 +2,7 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod env;
 pub mod list;
 pub mod migrate;
 pub mod reconcile;
@@ -10,7 +11,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], list, reconcile";
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], list, reconcile, env [--netns PATH] [--format sh|json|env-file] [--best-effort] [--exec -- CMD...]";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -43,6 +44,7 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
         "migrate" => Some(migrate::run(&args[1..])),
         "list" => Some(list::run(&args[1..])),
         "reconcile" => Some(reconcile::run(&args[1..])),
+        "env" => Some(env::run(&args[1..])),
         _ => None,
     }
 }

@@ -11,6 +11,7 @@
 
 #[cfg(test)]
 pub mod fixtures;
+pub mod pod;
 
 use std::fmt;
 use std::fs;

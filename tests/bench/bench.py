@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import env_bench
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RDMA_NS = os.path.join(REPO, "target", "release", "rdma-ns")  # --plugin overrides
 CNI_DIR = "/usr/lib/cni"
@@ -657,7 +659,7 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     ap.add_argument("--only",
-                    default="compare,compare-b2b,gap,macvlan,scale,concurrency,start,rss")
+                    default="compare,compare-b2b,gap,macvlan,scale,concurrency,start,rss,env")
     ap.add_argument("--phase-gap-ms", type=float, default=PHASE_GAP * 1000,
                     help="idle time between a cycle's ADD and DEL (untimed)")
     ap.add_argument("--plugin", default=RDMA_NS, help="the rdma-ns binary to measure")
@@ -668,10 +670,10 @@ def main():
 
     if args.smoke:
         cycles, levels, start_runs, conc_rounds = min(args.cycles, 5), [10, 100], 100, 1
-        scale_cycles = 3
+        scale_cycles, env_runs = 3, 5
     else:
         cycles, levels, start_runs, conc_rounds = args.cycles, [10, 500, 2000], 1000, 3
-        scale_cycles = args.cycles
+        scale_cycles, env_runs = args.cycles, 500
     stamp = time.strftime("%Y%m%d-%H%M%S")
     outdir = os.path.join(args.results, "bench-" + stamp + ("-smoke" if args.smoke else ""))
     os.makedirs(outdir, exist_ok=True)
@@ -719,6 +721,8 @@ def main():
         if "start" in only:
             times = process_start(start_runs, os.path.join(outdir, "start.csv"), outdir)
             report_start(times, out)
+        if "env" in only:
+            env_bench.run(RDMA_NS, TAG, env_runs, out, failures, os.path.join(outdir, "env.csv"))
         if "rss" in only:
             own, with_ipam, true_kb = peak_rss(False), peak_rss(True), true_rss()
             size = os.path.getsize(RDMA_NS)

@@ -22,8 +22,11 @@ manifest=$here/cases
 # `file`: vng runs it to check that busybox is static (absent from a minimal Debian 12);
 # ibverbs-providers: libibverbs' rxe provider and /etc/libibverbs.d (without it ibv_devices and
 # ibv_devinfo see no rxe device); python3-pip: to install virtme-ng.
+# libibverbs-dev librdmacm-dev clang libclang-dev pkg-config: rdma-ns-probe (feature verbs,
+# rdma-sys runs bindgen); the VM tests are built with it (tests/vm_env_probe.rs).
 APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-providers iproute2
-    busybox-static file python3-pip util-linux)
+    busybox-static file python3-pip util-linux libibverbs-dev librdmacm-dev clang libclang-dev
+    pkg-config)
 VNG_PIP=virtme-ng==1.42
 VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-540}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
@@ -135,6 +138,10 @@ check_prerequisites() {
         missing+=("libibverbs rxe provider and /etc/libibverbs.d (ibverbs-providers)")
     compgen -G '/boot/vmlinuz-*-amd64' >/dev/null || [[ -n ${RDMA_NS_VM_KERNEL:-} ]] ||
         missing+=("/boot/vmlinuz-*-amd64 (linux-image-amd64)")
+    pkg-config --exists libibverbs librdmacm 2>/dev/null ||
+        missing+=("pkg-config libibverbs librdmacm (libibverbs-dev librdmacm-dev pkg-config)")
+    compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null || compgen -G '/usr/lib/*/libclang*.so*' >/dev/null ||
+        missing+=("libclang for rdma-sys's bindgen (libclang-dev)")
     ((${#missing[@]} == 0)) || die "prerequisites missing: ${missing[*]}"
 }
 
@@ -254,7 +261,7 @@ main() {
         say "building test targets: ${targets[*]}"
         local args=()
         for tgt in "${targets[@]}"; do args+=(--test "$tgt"); done
-        (cd "$repo" && cargo test --no-run --message-format=json-render-diagnostics "${args[@]}") \
+        (cd "$repo" && cargo test --no-run --features verbs --message-format=json-render-diagnostics "${args[@]}") \
             >"$results/test-build.json" || die "cargo test --no-run failed"
         local k n t e
         while read -r k n t e; do

@@ -1,0 +1,328 @@
+//! VM-tier cases of `rdma-ns env` and `rdma-ns-probe` on a real RDMA kernel (Debian 6.1 with
+//! Soft-RoCE; tests/vm/run.sh builds them with `--features verbs`). Each case starts with rxe0
+//! over the veth rxev0 (peer rxev1), an empty netns `vmpod` and shared netns mode.
+//!
+//! "In the pod" means `ip netns exec vmpod`, which, like a container runtime, gives the
+//! command a sysfs mounted inside the pod's netns. What these kernels cannot show: RDMA
+//! traffic between pods (rxe's UDP socket lives in the initial netns only), so the probe's
+//! traffic test runs host to host on rxe GID 0, where rxe does carry it.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::{json, Value};
+
+const POD: &str = "/run/netns/vmpod";
+const POD_IP: &str = "10.9.0.5";
+const POD_GID: &str = "0000:0000:0000:0000:0000:ffff:0a09:0005";
+
+fn require_vm() {
+    assert_eq!(
+        std::env::var("RDMA_NS_IN_VM").as_deref(),
+        Ok("1"),
+        "VM-only test: run it with `tests/vm/run.sh env-probe`"
+    );
+}
+
+fn probe_bin() -> &'static str {
+    // Set only when the probe was built (feature verbs): a build without it compiles this
+    // target, and its probe tests fail saying why.
+    match option_env!("CARGO_BIN_EXE_rdma-ns-probe") {
+        Some(p) => p,
+        None => panic!(
+            "rdma-ns-probe was not built: tests/vm/run.sh builds the VM tests with --features verbs"
+        ),
+    }
+}
+
+fn scratch() -> String {
+    std::env::var("RDMA_NS_VM_SCRATCH").expect("run inside the VM tier (RDMA_NS_VM_SCRATCH)")
+}
+
+/// The plugin's data dir for this case, registered with the runner's leak check.
+fn state_dir() -> String {
+    let dir = format!("{}/state", scratch());
+    if let Ok(list) = std::env::var("RDMA_NS_VM_STATE_DIRS") {
+        let known = std::fs::read_to_string(&list).unwrap_or_default();
+        if !known.lines().any(|l| l == dir) {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&list)
+                .unwrap();
+            writeln!(f, "{dir}").unwrap();
+        }
+    }
+    dir
+}
+
+/// The index of the GID table entry holding `gid` on `ndev`, read straight from sysfs with
+/// no rdma-ns code, polled briefly (the kernel adds GIDs from a workqueue).
+fn sysfs_gid_index(gid: &str, ndev: &str) -> u32 {
+    let port = "/sys/class/infiniband/rxe0/ports/1";
+    for _ in 0..100 {
+        let mut entries: Vec<u32> = std::fs::read_dir(format!("{port}/gids"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect();
+        entries.sort();
+        let hit = entries.into_iter().find(|i| {
+            std::fs::read_to_string(format!("{port}/gids/{i}")).is_ok_and(|s| s.trim() == gid)
+                && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
+                    .is_ok_and(|s| s.trim() == ndev)
+        });
+        if let Some(i) = hit {
+            return i;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no GID {gid} on {ndev} in rxe0's table");
+}
+
+/// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with 10.9.0.5/24; DEL on drop.
+struct Pod {
+    conf: Value,
+}
+
+impl Pod {
+    fn attach() -> Pod {
+        let conf = json!({"cniVersion": "1.0.0", "name": "vmenv", "type": "rdma-ns",
+            "mode": "macvlan", "master": "rxev0", "dataDir": state_dir(),
+            "ipam": {"type": "static", "addresses": [{"address": format!("{POD_IP}/24")}]}});
+        Call::new("ADD", "envpod", POD, "net1").run(&conf).ok();
+        Pod { conf }
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        Call::new("DEL", "envpod", POD, "net1").run(&self.conf).ok();
+    }
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(cmd: &str, args: &[&str]) -> Out {
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Runs a command inside the pod, as a container would.
+fn in_pod(cmd: &str, args: &[&str]) -> Out {
+    let mut all = vec!["netns", "exec", "vmpod", cmd];
+    all.extend_from_slice(args);
+    run("ip", &all)
+}
+
+fn json_of(o: &Out) -> Value {
+    serde_json::from_str(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {} / {}", o.stdout, o.stderr))
+}
+
+#[test]
+fn vm_env_in_a_macvlan_pod_names_the_gid_index_the_kernel_chose() {
+    require_vm();
+    let bin = PLUGIN;
+    let _pod = Pod::attach();
+    let index = sysfs_gid_index(POD_GID, "net1");
+    eprintln!("kernel's GID index for {POD_IP} on net1: {index}");
+
+    let o = in_pod(bin, &["env", "--format", "json"]);
+    assert_eq!(o.code, 0, "{} / {}", o.stdout, o.stderr);
+    let doc = json_of(&o);
+    let f = &doc["interfaces"][0];
+    assert_eq!(doc["interfaces"].as_array().unwrap().len(), 1, "{doc}");
+    assert_eq!(f["ifname"], "net1", "{doc}");
+    assert_eq!(f["ibdev"], "rxe0", "{doc}");
+    assert_eq!(f["via"], "gid-table", "{doc}");
+    assert_eq!(f["gidIndex"], index, "{doc}");
+    assert_eq!(f["portActive"], true, "{doc}");
+    let env = &doc["env"];
+    assert_eq!(env["NCCL_IB_GID_INDEX"], index.to_string(), "{doc}");
+    assert_eq!(env["UCX_IB_GID_INDEX"], index.to_string(), "{doc}");
+    assert_eq!(env["NCCL_IB_HCA"], "=rxe0:1", "{doc}");
+    assert_eq!(env["UCX_NET_DEVICES"], "rxe0:1", "{doc}");
+    assert_eq!(env["NCCL_SOCKET_IFNAME"], "=net1", "{doc}");
+    assert_eq!(env["NCCL_IB_DISABLE"], "0", "{doc}");
+
+    // The node's view of the same pod: rtnetlink and a sysfs from inside its netns.
+    let node = run(bin, &["env", "--netns", POD, "--format", "json"]);
+    assert_eq!(node.code, 0, "{}", node.stderr);
+    assert_eq!(json_of(&node)["env"], doc["env"]);
+
+    // --exec hands the variables to the command.
+    let o = in_pod(
+        bin,
+        &[
+            "env",
+            "--exec",
+            "--",
+            "sh",
+            "-c",
+            "echo $NCCL_IB_GID_INDEX $NCCL_IB_HCA",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout.trim(), format!("{index} =rxe0:1"));
+    let o = in_pod(bin, &["env"]);
+    assert!(
+        o.stdout
+            .contains(&format!("export NCCL_IB_GID_INDEX='{index}'\n")),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn vm_env_names_a_port_that_went_down_and_prints_nothing_unless_best_effort() {
+    require_vm();
+    let _pod = Pod::attach();
+    sysfs_gid_index(POD_GID, "net1");
+    // Twin: usable while the port is up.
+    assert_eq!(in_pod(PLUGIN, &["env"]).code, 0);
+    // rxe follows its netdev's carrier: the peer down takes rxev0's carrier and the port.
+    sh(&["ip", "link", "set", "rxev1", "down"]);
+    let down = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string("/sys/class/infiniband/rxe0/ports/1/state")
+            .is_ok_and(|s| !s.contains("ACTIVE"))
+    });
+    let o = in_pod(PLUGIN, &["env"]);
+    let be = in_pod(PLUGIN, &["env", "--best-effort", "--format", "json"]);
+    sh(&["ip", "link", "set", "rxev1", "up"]);
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string("/sys/class/infiniband/rxe0/ports/1/state")
+            .is_ok_and(|s| s.contains("ACTIVE"))
+    });
+    assert!(up, "rxe0's port did not come back");
+    assert!(down, "rxe0's port never left ACTIVE");
+    assert_eq!(o.code, 1, "{} / {}", o.stdout, o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(o.stderr.contains("net1: port 1 of rxe0 is"), "{}", o.stderr);
+    assert!(o.stderr.contains("not ACTIVE"), "{}", o.stderr);
+    assert_eq!(be.code, 0, "{}", be.stderr);
+    let doc = json_of(&be);
+    assert_eq!(
+        doc["env"],
+        json!({}),
+        "no variable for an unusable port: {doc}"
+    );
+    assert_eq!(doc["problems"][0]["kind"], "port-not-active", "{doc}");
+    assert_eq!(doc["interfaces"][0]["ibdev"], "rxe0", "{doc}");
+}
+
+#[test]
+fn vm_probe_in_the_pod_brings_an_rc_qp_to_rts_on_envs_gid_index() {
+    require_vm();
+    let _pod = Pod::attach();
+    let index = sysfs_gid_index(POD_GID, "net1");
+    let o = in_pod(probe_bin(), &[]);
+    assert_eq!(o.code, 0, "{} / {}", o.stdout, o.stderr);
+    let doc = json_of(&o);
+    let p = &doc["ports"][0];
+    assert_eq!(p["hca"], "rxe0:1", "{doc}");
+    assert_eq!(p["ifname"], "net1", "{doc}");
+    assert_eq!(p["gidIndex"], index, "{doc}");
+    assert_eq!(p["gid"], format!("::ffff:{POD_IP}"), "{doc}");
+    assert_eq!(p["portState"], "active", "{doc}");
+    assert_eq!(p["qpState"], "RTS", "{doc}");
+    assert!(p["gidEntries"].as_u64().unwrap() >= 3, "{doc}");
+    eprintln!("probe in the pod: {p}");
+    // Absence twin of the pod's view: with no RDMA interface the probe is not ready.
+    let bare = run(probe_bin(), &[]);
+    assert_eq!(bare.code, 1, "{} / {}", bare.stdout, bare.stderr);
+}
+
+#[test]
+fn vm_probe_ping_pong_and_write_stream_host_to_host_on_rxe_gid_0() {
+    require_vm();
+    // GID 0 is rxev0's IPv6 link-local address: wait until it is no longer tentative (DAD),
+    // as traffic to a tentative address is not routed.
+    let ready = (0..100).any(|_| {
+        let a = sh(&["ip", "-6", "addr", "show", "dev", "rxev0", "scope", "link"]);
+        if a.contains("inet6") && !a.contains("tentative") {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        false
+    });
+    assert!(ready, "rxev0 has no usable IPv6 link-local address (GID 0)");
+    let args = |role: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--device",
+            "rxe0",
+            "--gid-index",
+            "0",
+            "--iters",
+            "100",
+            "--size",
+            "65536",
+            "--timeout-ms",
+            "20000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(role.iter().map(|s| s.to_string()));
+        v
+    };
+    let server = Command::new(probe_bin())
+        .args(args(&["--listen", "18515"]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = None;
+    for _ in 0..100 {
+        let o = Command::new(probe_bin())
+            .args(args(&["--connect", "127.0.0.1:18515"]))
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&o.stderr).contains("Connection refused") {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
+        client = Some(o);
+        break;
+    }
+    let s = server.wait_with_output().unwrap();
+    let c = client.expect("the listener never accepted");
+    let (sout, cout) = (
+        String::from_utf8_lossy(&s.stdout),
+        String::from_utf8_lossy(&c.stdout),
+    );
+    assert!(
+        s.status.success() && c.status.success(),
+        "listener: {sout} {}\nconnector: {cout} {}",
+        String::from_utf8_lossy(&s.stderr),
+        String::from_utf8_lossy(&c.stderr)
+    );
+    let sd: Value = serde_json::from_str(&sout).unwrap();
+    let cd: Value = serde_json::from_str(&cout).unwrap();
+    assert_eq!(sd["exchange"]["writeVerified"], true, "{sd}");
+    assert_eq!(cd["exchange"]["writeVerified"], true, "{cd}");
+    assert_eq!(cd["exchange"]["iters"], 100, "{cd}");
+    assert_eq!(cd["exchange"]["gidIndex"], 0, "{cd}");
+    assert!(
+        cd["exchange"]["rttMedianUs"].as_f64().unwrap() > 0.0,
+        "{cd}"
+    );
+    // Guest timing under TCG means nothing; only that traffic flowed is asserted.
+    eprintln!("host-to-host on rxe0 GID 0 (TCG, not a performance figure): {cd}");
+}
