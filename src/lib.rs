@@ -9,5 +9,6 @@ pub mod cni;
 pub mod error;
 pub mod kernel;
 pub mod log;
+pub mod node;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -936,6 +936,136 @@ impl<'a> RdmaSysfs<'a> {
     }
 }
 
+/// Counter files of one directory (`ports/N/counters`, `ports/N/hw_counters`, a device's
+/// `hw_counters`), raw as the kernel prints them: the unit is the counter's own (the PMA data
+/// counters `port_xmit_data`/`port_rcv_data` count 4-octet words, IBA 16.1.3.5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// `(file name, value)`, sorted by name.
+    pub values: Vec<(String, u64)>,
+    /// Files whose read failed or whose text is not a number, with why: drivers answer
+    /// EINVAL/EOPNOTSUPP for counters the device does not implement, and a VF's PMA counters
+    /// can fail to read.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Counters {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+impl RdmaSysfs<'_> {
+    /// `ports/<port>/counters/*` (the PMA counters; only drivers with `process_mad` have them,
+    /// so rxe has none). An absent directory gives no values.
+    pub fn port_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("ports")
+                .join(port.to_string())
+                .join("counters"),
+        )
+    }
+
+    /// `ports/<port>/hw_counters/*`: the driver's per-port counters (mlx5, rxe), without
+    /// `lifespan`, which is a setting (how long the kernel caches the values, in ms), not a count.
+    pub fn port_hw_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("ports")
+                .join(port.to_string())
+                .join("hw_counters"),
+        )
+    }
+
+    /// `<ibdev>/hw_counters/*`: device-wide driver counters, where the driver has them.
+    pub fn device_hw_counters(&self, ibdev: &str) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("hw_counters"),
+        )
+    }
+
+    fn counters_in(&self, rel: &Path) -> io::Result<Counters> {
+        let mut out = Counters::default();
+        for name in self.sys.list_dir(rel)? {
+            if name == "lifespan" {
+                continue;
+            }
+            let path = self.sys.path(rel.join(&name));
+            match fs::read_to_string(&path) {
+                Ok(text) => match text.trim().parse::<u64>() {
+                    Ok(v) => out.values.push((name, v)),
+                    Err(_) => out
+                        .unreadable
+                        .push((name, format!("{:?} is not a number", text.trim()))),
+                },
+                // A subdirectory is not a counter.
+                Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
+                Err(e) => out.unreadable.push((name, e.to_string())),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The PCI device directly upstream of a function (its bridge or root port: the parent
+    /// directory in the device tree), or None when the parent is a root bus (`pci0000:00`) or
+    /// not a PCI device. Its `max_link_*` is what the slot can do, so a function's link
+    /// compared with both ends tells a slot that limits the card from a link that trained low.
+    pub fn pci_upstream(&self, bdf: &str) -> io::Result<Option<PciFunction>> {
+        plain_name(bdf)?;
+        let Some(dir) = resolve(&self.sys.path(Path::new("bus/pci/devices").join(bdf)))? else {
+            return Ok(None);
+        };
+        let Some(parent) = dir.parent() else {
+            return Ok(None);
+        };
+        if link_name(&parent.join("subsystem"))?.as_deref() != Some("pci") {
+            return Ok(None);
+        }
+        let Some(name) = parent.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            return Ok(None);
+        };
+        self.pci_function(&name)
+    }
+
+    /// A netdev's `mtu`, `operstate` and (IPoIB) `mode`, or None when it is not in `class/net`.
+    pub fn netdev_settings(&self, name: &str) -> io::Result<Option<NetdevSettings>> {
+        plain_name(name)?;
+        let base = Path::new("class/net").join(name);
+        if !self.sys.device_exists(&base) {
+            return Ok(None);
+        }
+        let mtu = read_opt(self.sys, &base.join("mtu"))?
+            .map(|v| {
+                v.parse::<u32>()
+                    .map_err(|_| invalid(&base.join("mtu"), format!("{v:?} is not a number")))
+            })
+            .transpose()?;
+        Ok(Some(NetdevSettings {
+            mtu,
+            operstate: read_opt(self.sys, &base.join("operstate"))?,
+            ipoib_mode: read_opt(self.sys, &base.join("mode"))?,
+        }))
+    }
+}
+
+/// What [`RdmaSysfs::netdev_settings`] reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetdevSettings {
+    pub mtu: Option<u32>,
+    /// `up`, `down`, `lowerlayerdown`, `unknown`, ...
+    pub operstate: Option<String>,
+    /// An IPoIB parent's or legacy child's `mode`: `datagram` or `connected`.
+    pub ipoib_mode: Option<String>,
+}
+
 /// Parses a sysfs GID: `%pI6` prints eight groups of four hex digits, never compressed.
 pub fn parse_gid(text: &str) -> Result<Ipv6Addr, String> {
     let groups: Vec<&str> = text.split(':').collect();
