@@ -2,13 +2,16 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod doctor;
+pub mod exporter;
 pub mod migrate;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-]";
+pub const SUBCOMMANDS: &str =
+    "--version, migrate [FILE|-], doctor [--pod] [--json] [--nfd FILE], exporter [--listen ADDR]";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -33,6 +36,8 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
             Some(ExitCode::SUCCESS)
         }
         "migrate" => Some(migrate::run(&args[1..])),
+        "doctor" => Some(doctor::run(&args[1..])),
+        "exporter" => Some(exporter::run(&args[1..])),
         _ => None,
     }
 }
