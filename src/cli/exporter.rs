@@ -155,6 +155,9 @@ fn handle(
     head: &mut Vec<u8>,
     body: &mut String,
 ) -> std::io::Result<()> {
+    // The response goes out as a header write and a body write: with Nagle's algorithm the
+    // body's last segment would wait for the client's delayed ACK of the previous one.
+    stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     head.clear();

@@ -994,18 +994,26 @@ impl RdmaSysfs<'_> {
 
     fn counters_in(&self, rel: &Path) -> io::Result<Counters> {
         let mut out = Counters::default();
-        for name in self.sys.list_dir(rel)? {
+        let names = self.sys.list_dir(rel)?;
+        if names.is_empty() {
+            return Ok(out);
+        }
+        // Each counter is opened relative to its directory: the full path walks the ib
+        // device's class symlink and a dozen components again for every one of them.
+        let dir = match fs::File::open(self.sys.path(rel)) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(with_path(e, &self.sys.path(rel))),
+        };
+        for name in names {
             if name == "lifespan" {
                 continue;
             }
-            let path = self.sys.path(rel.join(&name));
-            match fs::read_to_string(&path) {
-                Ok(text) => match text.trim().parse::<u64>() {
-                    Ok(v) => out.values.push((name, v)),
-                    Err(_) => out
-                        .unreadable
-                        .push((name, format!("{:?} is not a number", text.trim()))),
-                },
+            match read_number_at(&dir, &name) {
+                Ok(Ok(v)) => out.values.push((name, v)),
+                Ok(Err(text)) => out
+                    .unreadable
+                    .push((name, format!("{text:?} is not a number"))),
                 // A subdirectory is not a counter.
                 Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
                 Err(e) => out.unreadable.push((name, e.to_string())),
@@ -1054,6 +1062,156 @@ impl RdmaSysfs<'_> {
             ipoib_mode: read_opt(self.sys, &base.join("mode"))?,
         }))
     }
+}
+
+/// Reads a small numeric attribute with one read(2) into a stack buffer: a counter file is a
+/// decimal number and a newline, and a scrape reads thousands of them, so the size query and
+/// the heap buffer of `read_to_string` are worth saving. Ok(Err(text)) is a file that is not a
+/// number.
+fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::Read;
+    let fd = openat(
+        std::os::fd::AsFd::as_fd(dir),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut f = fs::File::from(fd);
+    let mut buf = [0u8; 64];
+    // sysfs hands out an attribute whole on the first read(2) (the `show` output is produced
+    // at once), so one read that does not fill the buffer has it all; the read to EOF that
+    // read_to_string adds would be one more syscall per counter.
+    let len = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if len == buf.len() {
+        return Ok(Err(format!("{}...", String::from_utf8_lossy(&buf))));
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    let text = text.trim();
+    Ok(text.parse::<u64>().map_err(|_| text.to_string()))
+}
+
+/// A port's state as a metrics scrape needs it: what [`IbPort`] has but the GID table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortBrief {
+    pub ibdev: String,
+    pub port: u32,
+    pub state: NumberedState,
+    pub phys_state: NumberedState,
+    pub link_layer: LinkLayer,
+    pub rate: Option<String>,
+    pub netdevs: Vec<String>,
+}
+
+impl RdmaSysfs<'_> {
+    /// Every port of every ib device, read with as few syscalls as the layout allows: each
+    /// device's directory and parent are resolved once, its netdevs' `dev_port` read once, and
+    /// port attributes opened relative to the port's directory. Same values as
+    /// [`RdmaSysfs::devices`] without GIDs and char devices.
+    pub fn ports_brief(&self) -> io::Result<Vec<PortBrief>> {
+        let mut out = Vec::new();
+        for ibdev in self.device_names()? {
+            let base = Path::new("class/infiniband").join(&ibdev);
+            let Some(dir) = resolve(&self.sys.path(&base))? else {
+                continue;
+            };
+            // (dev_port + 1, name) of the netdevs that share the device's parent; rxe's one
+            // netdev is its `parent` file.
+            let netdevs: Vec<(u32, String)> = match resolve(&dir.join("device"))? {
+                Some(parent) => {
+                    let mut v = Vec::new();
+                    for n in list_abs(&parent.join("net"))? {
+                        let dev_port = read_opt_abs(&parent.join("net").join(&n).join("dev_port"))?
+                            .and_then(|p| p.parse::<u32>().ok())
+                            .unwrap_or(0);
+                        if let Some(port) = dev_port.checked_add(1) {
+                            v.push((port, n));
+                        }
+                    }
+                    v
+                }
+                None => read_opt_abs(&dir.join("parent"))?
+                    .filter(|n| !n.is_empty())
+                    .map(|n| vec![(1, n)])
+                    .unwrap_or_default(),
+            };
+            for port in numeric_entries_abs(&dir.join("ports"))? {
+                let pdir = dir.join("ports").join(port.to_string());
+                let pd = match fs::File::open(&pdir) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(with_path(e, &pdir)),
+                };
+                let attr = |name: &str| -> io::Result<Option<String>> {
+                    match read_small_at(&pd, name) {
+                        Ok(t) => Ok(Some(t)),
+                        Err(e) if absent(&e) => Ok(None),
+                        Err(e) => Err(with_path(e, &pdir.join(name))),
+                    }
+                };
+                let need = |name: &str| -> io::Result<String> {
+                    attr(name)?.ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!("{}: missing", pdir.join(name).display()),
+                        )
+                    })
+                };
+                out.push(PortBrief {
+                    ibdev: ibdev.clone(),
+                    port,
+                    state: parse_field(&pdir.join("state"), &need("state")?)?,
+                    phys_state: parse_field(&pdir.join("phys_state"), &need("phys_state")?)?,
+                    link_layer: LinkLayer::parse(&need("link_layer")?),
+                    rate: attr("rate")?,
+                    netdevs: netdevs
+                        .iter()
+                        .filter(|(p, _)| *p == port)
+                        .map(|(_, n)| n.clone())
+                        .collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A short text attribute opened relative to its directory, read with one read(2) (see
+/// [`read_number_at`]), newline trimmed.
+fn read_small_at(dir: &fs::File, name: &str) -> io::Result<String> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::Read;
+    let fd = openat(
+        std::os::fd::AsFd::as_fd(dir),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut f = fs::File::from(fd);
+    let mut buf = [0u8; 256];
+    let len = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if len == buf.len() {
+        let mut rest = String::from_utf8_lossy(&buf).into_owned();
+        f.read_to_string(&mut rest)?;
+        return Ok(rest.trim_end_matches('\n').to_string());
+    }
+    Ok(String::from_utf8_lossy(&buf[..len])
+        .trim_end_matches('\n')
+        .to_string())
 }
 
 /// What [`RdmaSysfs::netdev_settings`] reads.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use crate::attach::state::Store;
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::{IbDevice, LinkLayer, RdmaSysfs};
+use crate::kernel::topology::{LinkLayer, RdmaSysfs};
 
 /// PMA counters with a metric of their own, converted to a base unit: (file, metric, factor,
 /// help).
@@ -117,10 +117,11 @@ pub fn escape_label_value(out: &mut String, v: &str) {
 /// Read errors do not stop a scrape: they are counted in `rdma_ns_exporter_read_errors`.
 pub fn render(src: &Sources, out: &mut String) {
     out.clear();
+    let started = std::time::Instant::now();
     let topo = RdmaSysfs::new(&src.sys);
     let mut errors = 0u64;
-    let devices: Vec<IbDevice> = match topo.devices() {
-        Ok(d) => d,
+    let ports = match topo.ports_brief() {
+        Ok(p) => p,
         Err(_) => {
             errors += 1;
             Vec::new()
@@ -165,70 +166,71 @@ pub fn render(src: &Sources, out: &mut String) {
         "counter",
         "Driver device-wide counters (hw_counters), raw; `counter` names the sysfs file.",
     );
-    for d in &devices {
-        let dev = d.name.as_str();
-        if let Ok(c) = topo.device_hw_counters(dev) {
-            errors += c.unreadable.len() as u64;
-            for (name, v) in &c.values {
-                dev_hw.sample(&[("device", dev), ("counter", name)], v);
-            }
-        } else {
-            errors += 1;
-        }
-        for p in &d.ports {
-            let port = p.index.to_string();
-            let layer = match &p.link_layer {
-                LinkLayer::InfiniBand => "InfiniBand",
-                LinkLayer::Ethernet => "Ethernet",
-                LinkLayer::Other(o) => o.as_str(),
-            };
-            let state_text = p.state.to_string();
-            let phys_text = p.phys_state.to_string();
-            info.sample(
-                &[
-                    ("device", dev),
-                    ("port", &port),
-                    ("link_layer", layer),
-                    ("state", &state_text),
-                    ("phys_state", &phys_text),
-                    ("rate", p.rate.as_deref().unwrap_or("")),
-                    (
-                        "netdev",
-                        p.netdevs.first().map(String::as_str).unwrap_or(""),
-                    ),
-                ],
-                1,
-            );
-            let labels = [("device", dev), ("port", port.as_str())];
-            state.sample(&labels, p.state.num);
-            phys.sample(&labels, p.phys_state.num);
-            if let Some(mbps) = p.rate.as_deref().and_then(super::doctor::rate_mbps) {
-                rate.sample(&labels, mbps * 1_000_000);
-            }
-            match topo.port_counters(dev, p.index) {
+    for (i, p) in ports.iter().enumerate() {
+        let dev = p.ibdev.as_str();
+        // Device-wide counters once per device (ports come grouped by device).
+        if i == 0 || ports[i - 1].ibdev != p.ibdev {
+            match topo.device_hw_counters(dev) {
                 Ok(c) => {
                     errors += c.unreadable.len() as u64;
                     for (name, v) in &c.values {
-                        match DATA_COUNTERS.iter().position(|(f, ..)| f == name) {
-                            Some(i) => {
-                                data[i].sample(&labels, v.saturating_mul(DATA_COUNTERS[i].2))
-                            }
-                            None => pma
-                                .sample(&[("device", dev), ("port", &port), ("counter", name)], v),
+                        dev_hw.sample(&[("device", dev), ("counter", name)], v);
+                    }
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        let port = p.port.to_string();
+        let layer = match &p.link_layer {
+            LinkLayer::InfiniBand => "InfiniBand",
+            LinkLayer::Ethernet => "Ethernet",
+            LinkLayer::Other(o) => o.as_str(),
+        };
+        let state_text = p.state.to_string();
+        let phys_text = p.phys_state.to_string();
+        info.sample(
+            &[
+                ("device", dev),
+                ("port", &port),
+                ("link_layer", layer),
+                ("state", &state_text),
+                ("phys_state", &phys_text),
+                ("rate", p.rate.as_deref().unwrap_or("")),
+                (
+                    "netdev",
+                    p.netdevs.first().map(String::as_str).unwrap_or(""),
+                ),
+            ],
+            1,
+        );
+        let labels = [("device", dev), ("port", port.as_str())];
+        state.sample(&labels, p.state.num);
+        phys.sample(&labels, p.phys_state.num);
+        if let Some(mbps) = p.rate.as_deref().and_then(super::doctor::rate_mbps) {
+            rate.sample(&labels, mbps * 1_000_000);
+        }
+        match topo.port_counters(dev, p.port) {
+            Ok(c) => {
+                errors += c.unreadable.len() as u64;
+                for (name, v) in &c.values {
+                    match DATA_COUNTERS.iter().position(|(f, ..)| f == name) {
+                        Some(i) => data[i].sample(&labels, v.saturating_mul(DATA_COUNTERS[i].2)),
+                        None => {
+                            pma.sample(&[("device", dev), ("port", &port), ("counter", name)], v)
                         }
                     }
                 }
-                Err(_) => errors += 1,
             }
-            match topo.port_hw_counters(dev, p.index) {
-                Ok(c) => {
-                    errors += c.unreadable.len() as u64;
-                    for (name, v) in &c.values {
-                        hw.sample(&[("device", dev), ("port", &port), ("counter", name)], v);
-                    }
+            Err(_) => errors += 1,
+        }
+        match topo.port_hw_counters(dev, p.port) {
+            Ok(c) => {
+                errors += c.unreadable.len() as u64;
+                for (name, v) in &c.values {
+                    hw.sample(&[("device", dev), ("port", &port), ("counter", name)], v);
                 }
-                Err(_) => errors += 1,
             }
+            Err(_) => errors += 1,
         }
     }
     let (att_info, gid_info, unreadable) = attachments(src);
@@ -255,6 +257,13 @@ pub fn render(src: &Sources, out: &mut String) {
     );
     err.sample(&[], errors);
     err.write_to(out);
+    let mut took = Family::new(
+        "rdma_ns_exporter_render_seconds",
+        "gauge",
+        "How long reading sysfs and the records and rendering this text took.",
+    );
+    took.sample(&[], started.elapsed().as_secs_f64());
+    took.write_to(out);
 }
 
 fn attachments(src: &Sources) -> (Family, Family, usize) {

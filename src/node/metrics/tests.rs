@@ -268,3 +268,44 @@ fn escaping_is_exactly_backslash_quote_newline() {
     escape_label_value(&mut s, "a\\b\"c\nd\te");
     assert_eq!(s, "a\\\\b\\\"c\\nd\te");
 }
+
+#[test]
+fn ports_brief_agrees_with_the_full_topology_reader() {
+    let fx = SysfsFixture::all().unwrap();
+    let topo = RdmaSysfs::new(fx.root());
+    let brief = topo.ports_brief().unwrap();
+    let full: Vec<_> = topo
+        .devices()
+        .unwrap()
+        .into_iter()
+        .flat_map(|d| {
+            d.ports.into_iter().map(move |p| {
+                (
+                    d.name.clone(),
+                    p.index,
+                    p.state,
+                    p.phys_state,
+                    p.link_layer,
+                    p.rate,
+                    p.netdevs,
+                )
+            })
+        })
+        .collect();
+    let brief: Vec<_> = brief
+        .into_iter()
+        .map(|p| {
+            (
+                p.ibdev,
+                p.port,
+                p.state,
+                p.phys_state,
+                p.link_layer,
+                p.rate,
+                p.netdevs,
+            )
+        })
+        .collect();
+    assert_eq!(brief, full);
+    assert_eq!(brief.len(), 5);
+}
