@@ -13,5 +13,6 @@ pub mod discover;
 pub mod error;
 pub mod kernel;
 pub mod log;
+pub mod node;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -1,5 +1,6 @@
 //! The `rdma-ns` binary: a CNI plugin when CNI_COMMAND is set (as runtimes exec it). Without it,
-//! a known subcommand in argv[1] (`--version`, `migrate`) runs from [`cli`]; anything else gets a
+//! a known subcommand in argv[1] (`--version`, `migrate`, `list`, `reconcile`, `env`, `doctor`,
+//! `exporter`) runs from [`cli`]; anything else gets a
 //! one-line description on stderr. CNI_COMMAND is looked at first, so a runtime's call never
 //! reaches the subcommand code, whatever its argv.
 

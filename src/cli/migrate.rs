@@ -269,7 +269,7 @@ fn rdma_args(p: &Map<String, Value>, n: &mut Map<String, Value>, warnings: &mut 
 /// `spec.config` of a NetworkAttachmentDefinition in YAML, as a string: a block scalar
 /// (`config: |`), or a single- or double-quoted scalar over one or more lines. Line breaks in a
 /// quoted scalar fold to spaces, which JSON ignores between tokens.
-fn nad_config_from_yaml(text: &str) -> Option<String> {
+pub(crate) fn nad_config_from_yaml(text: &str) -> Option<String> {
     if !text
         .lines()
         .any(|l| l.trim() == "kind: NetworkAttachmentDefinition")

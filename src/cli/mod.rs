@@ -2,7 +2,9 @@
 //! not the library, and use nothing the CNI path does not already link. Output goes to stdout,
 //! diagnostics to stderr.
 
+pub mod doctor;
 pub mod env;
+pub mod exporter;
 pub mod list;
 pub mod migrate;
 pub mod reconcile;
@@ -11,7 +13,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// How the description line names the subcommands.
-pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], list, reconcile, env [--netns PATH] [--format sh|json|env-file] [--best-effort] [--exec -- CMD...]";
+pub const SUBCOMMANDS: &str = "--version, migrate [FILE|-], list, reconcile, env [--netns PATH] \
+     [--format sh|json|env-file] [--best-effort] [--exec -- CMD...], doctor [--pod] [--json] \
+     [--nfd FILE], exporter [--listen ADDR]";
 
 /// `rdma-ns --version`: the package version and the commit it was built from (build.rs).
 pub fn version_line() -> String {
@@ -45,6 +49,8 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
         "list" => Some(list::run(&args[1..])),
         "reconcile" => Some(reconcile::run(&args[1..])),
         "env" => Some(env::run(&args[1..])),
+        "doctor" => Some(doctor::run(&args[1..])),
+        "exporter" => Some(exporter::run(&args[1..])),
         _ => None,
     }
 }

@@ -9,7 +9,7 @@
 //! module reports is the view of that netns: an ib device moved away in exclusive mode vanishes
 //! from `class/infiniband`, while its char devices (untagged classes) stay listed.
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 pub mod pod;
 
@@ -936,6 +936,294 @@ impl<'a> RdmaSysfs<'a> {
             ib_devices: list_abs(&dir.join("infiniband"))?,
         }))
     }
+}
+
+/// Counter files of one directory (`ports/N/counters`, `ports/N/hw_counters`, a device's
+/// `hw_counters`), raw as the kernel prints them: the unit is the counter's own (the PMA data
+/// counters `port_xmit_data`/`port_rcv_data` count 4-octet words, IBA 16.1.3.5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// `(file name, value)`, sorted by name.
+    pub values: Vec<(String, u64)>,
+    /// Files whose read failed or whose text is not a number, with why: drivers answer
+    /// EINVAL/EOPNOTSUPP for counters the device does not implement, and a VF's PMA counters
+    /// can fail to read.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Counters {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+impl RdmaSysfs<'_> {
+    /// `ports/<port>/counters/*` (the PMA counters; only drivers with `process_mad` have them,
+    /// so rxe has none). An absent directory gives no values.
+    pub fn port_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("ports")
+                .join(port.to_string())
+                .join("counters"),
+        )
+    }
+
+    /// `ports/<port>/hw_counters/*`: the driver's per-port counters (mlx5, rxe), without
+    /// `lifespan`, which is a setting (how long the kernel caches the values, in ms), not a count.
+    pub fn port_hw_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("ports")
+                .join(port.to_string())
+                .join("hw_counters"),
+        )
+    }
+
+    /// `<ibdev>/hw_counters/*`: device-wide driver counters, where the driver has them.
+    pub fn device_hw_counters(&self, ibdev: &str) -> io::Result<Counters> {
+        plain_name(ibdev)?;
+        self.counters_in(
+            &Path::new("class/infiniband")
+                .join(ibdev)
+                .join("hw_counters"),
+        )
+    }
+
+    fn counters_in(&self, rel: &Path) -> io::Result<Counters> {
+        let mut out = Counters::default();
+        let names = self.sys.list_dir(rel)?;
+        if names.is_empty() {
+            return Ok(out);
+        }
+        // Each counter is opened relative to its directory: the full path walks the ib
+        // device's class symlink and a dozen components again for every one of them.
+        let dir = match fs::File::open(self.sys.path(rel)) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(with_path(e, &self.sys.path(rel))),
+        };
+        for name in names {
+            if name == "lifespan" {
+                continue;
+            }
+            match read_number_at(&dir, &name) {
+                Ok(Ok(v)) => out.values.push((name, v)),
+                Ok(Err(text)) => out
+                    .unreadable
+                    .push((name, format!("{text:?} is not a number"))),
+                // A subdirectory is not a counter.
+                Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
+                Err(e) => out.unreadable.push((name, e.to_string())),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The PCI device directly upstream of a function (its bridge or root port: the parent
+    /// directory in the device tree), or None when the parent is a root bus (`pci0000:00`) or
+    /// not a PCI device. Its `max_link_*` is what the slot can do, so a function's link
+    /// compared with both ends tells a slot that limits the card from a link that trained low.
+    pub fn pci_upstream(&self, bdf: &str) -> io::Result<Option<PciFunction>> {
+        plain_name(bdf)?;
+        let Some(dir) = resolve(&self.sys.path(Path::new("bus/pci/devices").join(bdf)))? else {
+            return Ok(None);
+        };
+        let Some(parent) = dir.parent() else {
+            return Ok(None);
+        };
+        if link_name(&parent.join("subsystem"))?.as_deref() != Some("pci") {
+            return Ok(None);
+        }
+        let Some(name) = parent.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            return Ok(None);
+        };
+        self.pci_function(&name)
+    }
+
+    /// A netdev's `mtu`, `operstate` and (IPoIB) `mode`, or None when it is not in `class/net`.
+    pub fn netdev_settings(&self, name: &str) -> io::Result<Option<NetdevSettings>> {
+        plain_name(name)?;
+        let base = Path::new("class/net").join(name);
+        if !self.sys.device_exists(&base) {
+            return Ok(None);
+        }
+        let mtu = read_opt(self.sys, &base.join("mtu"))?
+            .map(|v| {
+                v.parse::<u32>()
+                    .map_err(|_| invalid(&base.join("mtu"), format!("{v:?} is not a number")))
+            })
+            .transpose()?;
+        Ok(Some(NetdevSettings {
+            mtu,
+            operstate: read_opt(self.sys, &base.join("operstate"))?,
+            ipoib_mode: read_opt(self.sys, &base.join("mode"))?,
+        }))
+    }
+}
+
+/// Reads a small numeric attribute with one read(2) into a stack buffer: a counter file is a
+/// decimal number and a newline, and a scrape reads thousands of them, so the size query and
+/// the heap buffer of `read_to_string` are worth saving. Ok(Err(text)) is a file that is not a
+/// number.
+fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::Read;
+    let fd = openat(
+        std::os::fd::AsFd::as_fd(dir),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut f = fs::File::from(fd);
+    let mut buf = [0u8; 64];
+    // sysfs hands out an attribute whole on the first read(2) (the `show` output is produced
+    // at once), so one read that does not fill the buffer has it all; the read to EOF that
+    // read_to_string adds would be one more syscall per counter.
+    let len = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if len == buf.len() {
+        return Ok(Err(format!("{}...", String::from_utf8_lossy(&buf))));
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    let text = text.trim();
+    Ok(text.parse::<u64>().map_err(|_| text.to_string()))
+}
+
+/// A port's state as a metrics scrape needs it: what [`IbPort`] has but the GID table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortBrief {
+    pub ibdev: String,
+    pub port: u32,
+    pub state: NumberedState,
+    pub phys_state: NumberedState,
+    pub link_layer: LinkLayer,
+    pub rate: Option<String>,
+    pub netdevs: Vec<String>,
+}
+
+impl RdmaSysfs<'_> {
+    /// Every port of every ib device, read with as few syscalls as the layout allows: each
+    /// device's directory and parent are resolved once, its netdevs' `dev_port` read once, and
+    /// port attributes opened relative to the port's directory. Same values as
+    /// [`RdmaSysfs::devices`] without GIDs and char devices.
+    pub fn ports_brief(&self) -> io::Result<Vec<PortBrief>> {
+        let mut out = Vec::new();
+        for ibdev in self.device_names()? {
+            let base = Path::new("class/infiniband").join(&ibdev);
+            let Some(dir) = resolve(&self.sys.path(&base))? else {
+                continue;
+            };
+            // (dev_port + 1, name) of the netdevs that share the device's parent; rxe's one
+            // netdev is its `parent` file.
+            let netdevs: Vec<(u32, String)> = match resolve(&dir.join("device"))? {
+                Some(parent) => {
+                    let mut v = Vec::new();
+                    for n in list_abs(&parent.join("net"))? {
+                        let dev_port = read_opt_abs(&parent.join("net").join(&n).join("dev_port"))?
+                            .and_then(|p| p.parse::<u32>().ok())
+                            .unwrap_or(0);
+                        if let Some(port) = dev_port.checked_add(1) {
+                            v.push((port, n));
+                        }
+                    }
+                    v
+                }
+                None => read_opt_abs(&dir.join("parent"))?
+                    .filter(|n| !n.is_empty())
+                    .map(|n| vec![(1, n)])
+                    .unwrap_or_default(),
+            };
+            for port in numeric_entries_abs(&dir.join("ports"))? {
+                let pdir = dir.join("ports").join(port.to_string());
+                let pd = match fs::File::open(&pdir) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(with_path(e, &pdir)),
+                };
+                let attr = |name: &str| -> io::Result<Option<String>> {
+                    match read_small_at(&pd, name) {
+                        Ok(t) => Ok(Some(t)),
+                        Err(e) if absent(&e) => Ok(None),
+                        Err(e) => Err(with_path(e, &pdir.join(name))),
+                    }
+                };
+                let need = |name: &str| -> io::Result<String> {
+                    attr(name)?.ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!("{}: missing", pdir.join(name).display()),
+                        )
+                    })
+                };
+                out.push(PortBrief {
+                    ibdev: ibdev.clone(),
+                    port,
+                    state: parse_field(&pdir.join("state"), &need("state")?)?,
+                    phys_state: parse_field(&pdir.join("phys_state"), &need("phys_state")?)?,
+                    link_layer: LinkLayer::parse(&need("link_layer")?),
+                    rate: attr("rate")?,
+                    netdevs: netdevs
+                        .iter()
+                        .filter(|(p, _)| *p == port)
+                        .map(|(_, n)| n.clone())
+                        .collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A short text attribute opened relative to its directory, read with one read(2) (see
+/// [`read_number_at`]), newline trimmed.
+fn read_small_at(dir: &fs::File, name: &str) -> io::Result<String> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::io::Read;
+    let fd = openat(
+        std::os::fd::AsFd::as_fd(dir),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut f = fs::File::from(fd);
+    let mut buf = [0u8; 256];
+    let len = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if len == buf.len() {
+        let mut rest = String::from_utf8_lossy(&buf).into_owned();
+        f.read_to_string(&mut rest)?;
+        return Ok(rest.trim_end_matches('\n').to_string());
+    }
+    Ok(String::from_utf8_lossy(&buf[..len])
+        .trim_end_matches('\n')
+        .to_string())
+}
+
+/// What [`RdmaSysfs::netdev_settings`] reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetdevSettings {
+    pub mtu: Option<u32>,
+    /// `up`, `down`, `lowerlayerdown`, `unknown`, ...
+    pub operstate: Option<String>,
+    /// An IPoIB parent's or legacy child's `mode`: `datagram` or `connected`.
+    pub ipoib_mode: Option<String>,
 }
 
 /// Parses a sysfs GID: `%pI6` prints eight groups of four hex digits, never compressed.

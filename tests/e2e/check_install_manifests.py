@@ -9,6 +9,9 @@
                                               `unpinned:`
     check_install_manifests.py init-script    print the DaemonSet init container's shell script
                                               (run.sh executes it in the locally built image)
+    check_install_manifests.py node-agent [PATH]  install/node-agent.yaml (or PATH) and
+                                              install/prometheus-scrape.yaml; `daemonset` without
+                                              PATH checks them too
 
 Exits non-zero with one line per failed check.
 """
@@ -23,6 +26,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DAEMONSET = os.path.join(REPO, "install", "daemonset.yaml")
 CONTAINERFILE = os.path.join(REPO, "install", "Containerfile")
 DAEMONSET_PATH = [DAEMONSET]
+NODE_AGENT_PATH = [os.path.join(REPO, "install", "node-agent.yaml")]
+SCRAPE = os.path.join(REPO, "install", "prometheus-scrape.yaml")
+NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 CONTAINERFILE_PATH = [CONTAINERFILE]
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
@@ -259,12 +265,91 @@ def check_containerfile():
         ok("Containerfile and DaemonSet agree on the binary path and the host mount path")
 
 
+def check_node_agent():
+    """install/node-agent.yaml: the exporter on the host network's port 9100, the doctor as
+    readiness probe tolerating WARN (exit 1) but not FAIL (2), the NFD refresher writing into the
+    hostPath NFD reads, every other host mount read-only; and the scrape example keeping exactly
+    this DaemonSet's pods."""
+    path = NODE_AGENT_PATH[0]
+    print(f"  node agent ({os.path.relpath(path, REPO)})")
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    ds = [d for d in docs if d.get("kind") == "DaemonSet"]
+    if not check(len(ds) == 1, f"{path}: expected one DaemonSet, found {len(ds)}"):
+        return
+    ds = ds[0]
+    check(ds["metadata"].get("namespace") == "kube-system", "node agent not in kube-system")
+    spec = ds["spec"]["template"]["spec"]
+    labels = ds["spec"]["template"]["metadata"].get("labels", {})
+    check(labels == ds["spec"]["selector"]["matchLabels"], "selector does not match the pod labels")
+    check(spec.get("hostNetwork") is True, "node agent without hostNetwork: the exporter would "
+          "not listen on the node's address and the doctor would see the pod's netdevs")
+    check(not spec.get("initContainers"), "node agent has init containers: it installs nothing")
+    host_paths = {v["name"]: v.get("hostPath", {}).get("path") for v in spec.get("volumes", [])}
+    containers = spec.get("containers", [])
+    argv = {c["name"]: list(c.get("command") or []) + list(c.get("args") or []) for c in containers}
+    exporter = [c for c in containers if argv[c["name"]][1:2] == ["exporter"]]
+    nfd = [c for c in containers if "--nfd" in argv[c["name"]]]
+    if check(len(exporter) == 1, "no single container runs `rdma-ns exporter`"):
+        c = exporter[0]
+        a = argv[c["name"]]
+        check(a[0] == "/usr/local/bin/rdma-ns", f"exporter runs {a[0]}, not the image's binary")
+        check(a[2:4] == ["--listen", ":9100"], f"exporter not on :9100: {a}")
+        ports = c.get("ports", [])
+        check(any(p.get("containerPort") == 9100 and p.get("name") == "metrics" for p in ports),
+              "exporter does not declare containerPort 9100 named metrics")
+        probe = ((c.get("readinessProbe") or {}).get("exec") or {}).get("command") or []
+        script = " ".join(probe)
+        check("rdma-ns doctor" in script and "-lt 2" in script,
+              f"readiness is not `rdma-ns doctor` accepting exit < 2: {script!r}")
+        ok("exporter on :9100, readiness = doctor without FAIL")
+    if check(len(nfd) == 1, "no single container runs `rdma-ns doctor --nfd`"):
+        c = nfd[0]
+        a = argv[c["name"]]
+        target = a[a.index("--nfd") + 1]
+        check("--every" in a, "the NFD refresher writes once and exits (no --every)")
+        mounts = [m for m in c.get("volumeMounts", []) if target.startswith(m["mountPath"] + "/")]
+        if check(len(mounts) == 1, f"--nfd {target} is not under a volume mount"):
+            m = mounts[0]
+            check(host_paths.get(m["name"]) == NFD_DIR and m["mountPath"] == NFD_DIR,
+                  f"--nfd writes to {m['name']}, not the host's {NFD_DIR}")
+            check(not m.get("readOnly"), "NFD's features.d is mounted read-only")
+        ok(f"NFD labels refreshed into {NFD_DIR}")
+    for c in containers:
+        for m in c.get("volumeMounts", []):
+            if host_paths.get(m["name"]) != NFD_DIR:
+                check(m.get("readOnly") is True,
+                      f"{c['name']} mounts {m['name']} writable: the agent must change nothing")
+        sc = c.get("securityContext") or {}
+        check((sc.get("capabilities") or {}).get("drop") == ["ALL"] and
+              not (sc.get("capabilities") or {}).get("add"),
+              f"{c['name']} keeps capabilities: it only reads")
+    ok("host mounts read-only but features.d; no capabilities")
+    with open(SCRAPE) as f:
+        scrape = yaml.safe_load(f)
+    jobs = scrape.get("scrape_configs", [])
+    if check(len(jobs) == 1, f"{SCRAPE}: expected one scrape job"):
+        keep = [r for r in jobs[0].get("relabel_configs", []) if r.get("action") == "keep"]
+        want = f"{labels.get('app.kubernetes.io/name')};{labels.get('app.kubernetes.io/component')}"
+        check(any(r.get("regex") == want for r in keep),
+              f"the scrape job does not keep pods labelled {want}")
+        check(any(r.get("regex") == "metrics" for r in keep),
+              "the scrape job does not keep the `metrics` port")
+        ok("scrape example keeps the agent's pods and metrics port")
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "daemonset":
         if len(sys.argv) > 2:
             DAEMONSET_PATH[0] = sys.argv[2]
         check_daemonset()
+        if len(sys.argv) == 2:
+            check_node_agent()
+    elif what == "node-agent":
+        if len(sys.argv) > 2:
+            NODE_AGENT_PATH[0] = sys.argv[2]
+        check_node_agent()
     elif what == "containerfile":
         if len(sys.argv) > 2:
             CONTAINERFILE_PATH[0] = sys.argv[2]

@@ -1,0 +1,366 @@
+//! `rdma-ns doctor`: runs [`rdma_ns::node::doctor`] and prints a table (or `--json`); the exit
+//! code is the worst finding (0 OK, 1 WARN, 2 FAIL; 3 for a usage error), so it can serve as a
+//! DaemonSet readiness probe. `--nfd FILE` also writes Node Feature Discovery labels, once or
+//! every `--every SECONDS` until SIGTERM.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use rdma_ns::kernel::sysfs::SysRoot;
+use rdma_ns::node::confs::{rdma_networks, ConfError};
+use rdma_ns::node::doctor::{self, Options, Report, Severity};
+use rdma_ns::node::{nfd, KernelView, Node};
+
+const USAGE: &str = "usage: rdma-ns doctor [--pod] [--json] [--conf FILE]... [--conf-dir DIR] \
+[--data-dir DIR]... [--nfd FILE [--every SECONDS] [--expiry SECONDS]]\n\
+  --pod           check from inside a pod: its ib devices, /dev/infiniband and limits only\n\
+  --json          findings as JSON on stdout instead of the table\n\
+  --conf FILE     also check this conf, conflist or NetworkAttachmentDefinition (JSON or YAML)\n\
+  --conf-dir DIR  the runtime's CNI conf dir (default /etc/cni/net.d)\n\
+  --data-dir DIR  attachment records (default /var/lib/cni/rdma-ns, plus every conf's dataDir)\n\
+  --nfd FILE      write NFD labels to FILE (e.g. /etc/kubernetes/node-feature-discovery/features.d/rdma-ns)\n\
+  --every SECONDS with --nfd: rewrite it every SECONDS until SIGTERM (labels expire after 3 periods)\n\
+  --expiry SECONDS with --nfd: let NFD drop the labels SECONDS after writing\n\
+  --sysfs DIR, --dev DIR, --proc DIR: read these instead of /sys, /dev/infiniband, /proc\n\
+exit: 0 all OK, 1 a WARN, 2 a FAIL, 3 usage or I/O error";
+
+#[derive(Debug, Default)]
+struct Args {
+    pod: bool,
+    json: bool,
+    confs: Vec<PathBuf>,
+    conf_dir: Option<PathBuf>,
+    data_dirs: Vec<PathBuf>,
+    nfd: Option<PathBuf>,
+    every: Option<Duration>,
+    expiry: Option<Duration>,
+    sysfs: Option<PathBuf>,
+    dev: Option<PathBuf>,
+    proc: Option<PathBuf>,
+}
+
+fn parse_args(args: &[OsString]) -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    let secs = |name: &str, v: String| -> Result<Duration, String> {
+        v.parse::<u64>()
+            .ok()
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{name} {v:?}: a whole number of seconds above 0"))
+    };
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--pod" => a.pod = true,
+            "--json" => a.json = true,
+            "--conf" => a.confs.push(value("--conf")?.into()),
+            "--conf-dir" => a.conf_dir = Some(value("--conf-dir")?.into()),
+            "--data-dir" => a.data_dirs.push(value("--data-dir")?.into()),
+            "--nfd" => a.nfd = Some(value("--nfd")?.into()),
+            "--every" => a.every = Some(secs("--every", value("--every")?)?),
+            "--expiry" => a.expiry = Some(secs("--expiry", value("--expiry")?)?),
+            "--sysfs" => a.sysfs = Some(value("--sysfs")?.into()),
+            "--dev" => a.dev = Some(value("--dev")?.into()),
+            "--proc" => a.proc = Some(value("--proc")?.into()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.nfd.is_none() && (a.every.is_some() || a.expiry.is_some()) {
+        return Err("--every and --expiry go with --nfd".into());
+    }
+    Ok(a)
+}
+
+pub fn run(args: &[OsString]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rdma-ns doctor: {e}\n{USAGE}");
+            return ExitCode::from(3);
+        }
+    };
+    let mut node = Node::system();
+    if let Some(s) = &args.sysfs {
+        node.sys = SysRoot::new(s);
+    }
+    if let Some(d) = &args.dev {
+        node.dev_dir = d.clone();
+    }
+    if let Some(p) = &args.proc {
+        node.proc_dir = p.clone();
+    }
+    let Some(nfd_path) = args.nfd.clone() else {
+        let report = check(&args, &mut node);
+        print(&report, &args);
+        return ExitCode::from(report.worst().exit_code());
+    };
+    let Some(every) = args.every else {
+        let report = check(&args, &mut node);
+        print(&report, &args);
+        if let Err(code) = write_nfd(&nfd_path, &report, args.expiry) {
+            return code;
+        }
+        return ExitCode::from(report.worst().exit_code());
+    };
+    let stop = match super::exporter::Stop::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rdma-ns doctor: cannot install the SIGTERM handler: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    // Labels outlive two missed refreshes, then NFD drops them.
+    let expiry = args.expiry.or(Some(every * 3));
+    loop {
+        let report = check(&args, &mut node);
+        if write_nfd(&nfd_path, &report, expiry).is_ok() {
+            eprintln!(
+                "rdma-ns doctor: wrote {} ({} OK, {} WARN, {} FAIL)",
+                nfd_path.display(),
+                report.count(Severity::Ok),
+                report.count(Severity::Warn),
+                report.count(Severity::Fail)
+            );
+        }
+        if stop.wait(every) {
+            return ExitCode::SUCCESS;
+        }
+    }
+}
+
+fn write_nfd(path: &Path, report: &Report, expiry: Option<Duration>) -> Result<(), ExitCode> {
+    let text = nfd::render(&report.facts, SystemTime::now(), expiry);
+    nfd::write(path, &text).map_err(|e| {
+        eprintln!(
+            "rdma-ns doctor: cannot write {}: {e} (does NFD's features.d directory exist and is \
+             it mounted writable?)",
+            path.display()
+        );
+        ExitCode::from(3)
+    })
+}
+
+fn check(args: &Args, node: &mut Node) -> Report {
+    let mut opts = Options {
+        pod: args.pod,
+        ..Options::default()
+    };
+    if !args.pod {
+        let dir = args
+            .conf_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/etc/cni/net.d"));
+        let mut files = conf_files(&dir);
+        files.extend(args.confs.iter().cloned());
+        for f in files {
+            let (nets, errors) = load_conf(&f);
+            opts.networks.extend(nets);
+            opts.conf_errors.extend(errors);
+        }
+        let mut dirs = args.data_dirs.clone();
+        if dirs.is_empty() {
+            dirs.push(PathBuf::from(rdma_ns::attach::state::DEFAULT_DATA_DIR));
+        }
+        for n in &opts.networks {
+            if !dirs.contains(&n.data_dir) {
+                dirs.push(n.data_dir.clone());
+            }
+        }
+        node.data_dirs = dirs;
+    }
+    doctor::run(node, &KernelView::default(), &opts)
+}
+
+/// The files a runtime reads from its conf dir (libcni: `.conf`, `.conflist`, `.json`).
+fn conf_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| ["conf", "conflist", "json"].contains(&e))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A conf, conflist or NetworkAttachmentDefinition (JSON, or YAML with `spec.config`).
+fn load_conf(path: &Path) -> (Vec<rdma_ns::node::confs::RdmaNetwork>, Vec<ConfError>) {
+    let source = path.display().to_string();
+    let err = |msg: String| {
+        (
+            Vec::new(),
+            vec![ConfError {
+                source: source.clone(),
+                network: None,
+                msg,
+            }],
+        )
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return err(format!("cannot read it: {e}")),
+    };
+    let value = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) if v.get("kind").and_then(|k| k.as_str()) == Some("NetworkAttachmentDefinition") => {
+            match v["spec"]["config"].as_str().map(serde_json::from_str) {
+                Some(Ok(c)) => return rdma_networks(&format!("{source} (spec.config)"), &c),
+                Some(Err(e)) => return err(format!("spec.config is not JSON: {e}")),
+                None => return err("a NetworkAttachmentDefinition without spec.config".into()),
+            }
+        }
+        Ok(v) => v,
+        Err(json_err) => match super::migrate::nad_config_from_yaml(&text) {
+            Some(config) => match serde_json::from_str(&config) {
+                Ok(c) => return rdma_networks(&format!("{source} (spec.config)"), &c),
+                Err(e) => return err(format!("spec.config is not JSON: {e}")),
+            },
+            None => {
+                return err(format!(
+                    "neither JSON ({json_err}) nor a NetworkAttachmentDefinition in YAML"
+                ))
+            }
+        },
+    };
+    rdma_networks(&source, &value)
+}
+
+fn print(report: &Report, args: &Args) {
+    if args.json {
+        let out = serde_json::json!({
+            "mode": if args.pod { "pod" } else { "node" },
+            "findings": report.findings,
+            "summary": {
+                "ok": report.count(Severity::Ok),
+                "warn": report.count(Severity::Warn),
+                "fail": report.count(Severity::Fail),
+            },
+            "exitCode": report.worst().exit_code(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return;
+    }
+    print!("{}", table(report));
+}
+
+/// The human table: status, check, object, finding; the fix on the next line.
+fn table(report: &Report) -> String {
+    let w_check = report
+        .findings
+        .iter()
+        .map(|f| f.check.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let w_obj = report
+        .findings
+        .iter()
+        .map(|f| f.object.chars().count())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 40);
+    let mut s = format!(
+        "{:<4}  {:<w_check$}  {:<w_obj$}  FINDING\n",
+        "", "CHECK", "OBJECT"
+    );
+    for f in &report.findings {
+        s.push_str(&format!(
+            "{:<4}  {:<w_check$}  {:<w_obj$}  {}\n",
+            f.severity.to_string(),
+            f.check,
+            f.object,
+            f.finding
+        ));
+        if let Some(fix) = &f.fix {
+            s.push_str(&format!(
+                "{:<4}  {:<w_check$}  {:<w_obj$}  fix: {fix}\n",
+                "", "", ""
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "{} OK, {} WARN, {} FAIL\n",
+        report.count(Severity::Ok),
+        report.count(Severity::Warn),
+        report.count(Severity::Fail)
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments() {
+        let a = |v: &[&str]| parse_args(&v.iter().map(OsString::from).collect::<Vec<_>>());
+        let args = a(&[
+            "--pod", "--json", "--conf", "x.yaml", "--nfd", "f", "--every", "60",
+        ])
+        .unwrap();
+        assert!(args.pod && args.json);
+        assert_eq!(args.confs, vec![PathBuf::from("x.yaml")]);
+        assert_eq!(args.every, Some(Duration::from_secs(60)));
+        assert!(a(&["--every", "60"]).is_err(), "--every needs --nfd");
+        assert!(a(&["--nfd", "f", "--every", "0"]).is_err());
+        assert!(a(&["--conf"]).is_err());
+        assert!(a(&["--bogus"]).is_err());
+    }
+
+    #[test]
+    fn confs_from_json_yaml_nads_and_conflists() {
+        let dir = std::env::temp_dir().join(format!("rdma-ns-doctor-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = r#"{"cniVersion":"1.0.0","name":"roce","plugins":[{"type":"rdma-ns","mode":"macvlan","master":"ens1f0np0"}]}"#;
+        std::fs::write(dir.join("10-roce.conflist"), conf).unwrap();
+        std::fs::write(dir.join("ignored.txt"), "x").unwrap();
+        let yaml = format!(
+            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: roce\nspec:\n  config: '{conf}'\n"
+        );
+        std::fs::write(dir.join("nad.yaml"), yaml).unwrap();
+        std::fs::write(dir.join("broken.conf"), "{").unwrap();
+        let files = conf_files(&dir);
+        assert_eq!(files.len(), 2, "{files:?}");
+        let (nets, errs) = load_conf(&dir.join("10-roce.conflist"));
+        assert_eq!((nets.len(), errs.len()), (1, 0));
+        let (nets, errs) = load_conf(&dir.join("nad.yaml"));
+        assert_eq!((nets.len(), errs.len()), (1, 0), "{errs:?}");
+        assert!(nets[0].source.ends_with("nad.yaml (spec.config)"));
+        let (nets, errs) = load_conf(&dir.join("broken.conf"));
+        assert_eq!((nets.len(), errs.len()), (0, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_table_puts_each_fix_under_its_finding() {
+        let mut r = Report::default();
+        r.findings.push(doctor::Finding {
+            check: "port",
+            severity: Severity::Fail,
+            object: "rxe0/1".into(),
+            finding: "1: DOWN".into(),
+            fix: Some("ip link set rxev0 up".into()),
+        });
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].starts_with("FAIL  port   rxe0/1  1: DOWN"), "{t}");
+        assert!(
+            lines[2]
+                .trim_start()
+                .starts_with("fix: ip link set rxev0 up"),
+            "{t}"
+        );
+        assert_eq!(lines[3], "0 OK, 0 WARN, 1 FAIL");
+    }
+}

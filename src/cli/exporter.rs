@@ -1,0 +1,334 @@
+//! `rdma-ns exporter [--listen ADDR] [--sysfs DIR] [--data-dir DIR]...`: serves the
+//! Prometheus text format of [`rdma_ns::node::metrics`] on `GET /metrics`.
+//!
+//! One thread, blocking sockets, one request per connection (`Connection: close`): a scrape
+//! every few seconds needs no more, and the CNI binary links no async runtime. Every request is
+//! bounded: a read timeout, a write timeout and a cap on the request head, so a client that
+//! stalls or sends too much costs at most those bounds. SIGTERM and SIGINT stop it between
+//! requests (a self-pipe wakes the poll on the listener), so the pod ends at once on delete.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use rdma_ns::kernel::sysfs::SysRoot;
+use rdma_ns::node::metrics::{self, Sources};
+
+/// The request head (request line and headers) a scrape needs fits easily; anything longer is
+/// refused with 431 before it is read further.
+pub const MAX_REQUEST: usize = 8192;
+/// How long a client may take to send its request, and to take the response.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+const USAGE: &str = "usage: rdma-ns exporter [--listen ADDR] [--sysfs DIR] [--data-dir DIR]...\n\
+  --listen ADDR   where to serve /metrics: `:9100` (default, every address), `127.0.0.1:9100`, `[::]:9100`\n\
+  --sysfs DIR     read this tree instead of /sys (a copy or a test fixture)\n\
+  --data-dir DIR  attachment records (default /var/lib/cni/rdma-ns; repeat for each conf dataDir)";
+
+pub fn run(args: &[OsString]) -> ExitCode {
+    let mut listen = ":9100".to_string();
+    let mut sys = SysRoot::default();
+    let mut data_dirs = Vec::new();
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let r = match a.as_str() {
+            "--listen" => value("--listen").map(|v| listen = v),
+            "--sysfs" => value("--sysfs").map(|v| sys = SysRoot::new(v)),
+            "--data-dir" => value("--data-dir").map(|v| data_dirs.push(PathBuf::from(v))),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => Err(format!("unknown argument {other:?}")),
+        };
+        if let Err(e) = r {
+            eprintln!("rdma-ns exporter: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    if data_dirs.is_empty() {
+        data_dirs.push(PathBuf::from(rdma_ns::attach::state::DEFAULT_DATA_DIR));
+    }
+    let addr = match parse_listen(&listen) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rdma-ns exporter: --listen {listen:?}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let stop = match Stop::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rdma-ns exporter: cannot install the SIGTERM handler: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "rdma-ns exporter: cannot listen on {addr}: {e} (another exporter on the port? \
+                 pick another with --listen)"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "rdma-ns exporter: serving http://{}/metrics",
+        listener.local_addr().unwrap_or(addr)
+    );
+    let src = Sources { sys, data_dirs };
+    match serve(&listener, stop.fd(), &src) {
+        Ok(()) => {
+            eprintln!("rdma-ns exporter: stopped by signal");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdma-ns exporter: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `:9100` listens on every IPv4 address (as Prometheus exporters conventionally do); anything
+/// else is a host:port.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.to_socket_addrs()
+        .map_err(|e| format!("not host:port ({e})"))?
+        .next()
+        .ok_or_else(|| "resolves to no address".to_string())
+}
+
+/// Serves until `stop` becomes readable. Errors of one connection are logged and the loop goes
+/// on; only a failing listener ends it.
+pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: &Sources) -> std::io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // Reused between scrapes: the text has about the same size every time, so after the first
+    // scrape no buffer grows.
+    let mut body = String::new();
+    let mut head = Vec::with_capacity(MAX_REQUEST);
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop, PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if fds[1].any().unwrap_or(false) {
+            return Ok(());
+        }
+        if !fds[0].any().unwrap_or(false) {
+            continue;
+        }
+        let (stream, peer) = match listener.accept() {
+            Ok(s) => s,
+            // A client that went away between poll and accept, or fd exhaustion: wait for the
+            // next one rather than stop serving.
+            Err(e) => {
+                eprintln!("rdma-ns exporter: accept: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = handle(stream, src, &mut head, &mut body) {
+            eprintln!("rdma-ns exporter: {peer}: {e}");
+        }
+    }
+}
+
+fn handle(
+    mut stream: TcpStream,
+    src: &Sources,
+    head: &mut Vec<u8>,
+    body: &mut String,
+) -> std::io::Result<()> {
+    // The response goes out as a header write and a body write: with Nagle's algorithm the
+    // body's last segment would wait for the client's delayed ACK of the previous one.
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    head.clear();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut buf = [0u8; 1024];
+    // Read until the blank line that ends the head, within the size cap and the deadline
+    // (the per-read timeout alone would let a client trickle one byte at a time forever).
+    let complete = loop {
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            break true;
+        }
+        if head.len() >= MAX_REQUEST {
+            break false;
+        }
+        if Instant::now() >= deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "request head not complete in time",
+            ));
+        }
+        let room = (MAX_REQUEST - head.len()).min(buf.len());
+        match stream.read(&mut buf[..room]) {
+            Ok(0) => break false,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    if !complete {
+        if head.len() >= MAX_REQUEST {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+                false,
+            );
+        }
+        return Ok(());
+    }
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.trim_end().split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let head_only = method == "HEAD";
+    if method != "GET" && !head_only {
+        return respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n",
+            false,
+        );
+    }
+    match path {
+        "/metrics" => {
+            metrics::render(src, body);
+            respond(
+                &mut stream,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                body,
+                head_only,
+            )
+        }
+        "/" => respond(
+            &mut stream,
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "rdma-ns exporter: metrics at /metrics\n",
+            head_only,
+        ),
+        _ => respond(
+            &mut stream,
+            "404 Not Found",
+            "text/plain",
+            "not found; try /metrics\n",
+            head_only,
+        ),
+    }
+}
+
+fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let header = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(header.as_bytes())?;
+    if !head_only {
+        stream.write_all(body.as_bytes())?;
+    }
+    stream.flush()
+}
+
+/// The write end of the self-pipe, for the signal handler (async-signal-safe: an atomic load
+/// and write(2)).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_stop_signal(_: nix::libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) is async-signal-safe; the buffer is a live one-byte array. A full
+        // pipe (EAGAIN) means a wake-up is already pending, which is all that is needed.
+        unsafe {
+            nix::libc::write(fd, [1u8].as_ptr().cast(), 1);
+        }
+    }
+}
+
+/// SIGTERM/SIGINT turned into a readable fd, so loops that poll can stop between requests.
+pub struct Stop {
+    read: OwnedFd,
+    _write: OwnedFd,
+}
+
+impl Stop {
+    /// Installs the handlers (once per process; a second call re-points them at its pipe).
+    pub fn install() -> std::io::Result<Stop> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        let (read, write) = nix::unistd::pipe()?;
+        for fd in [read.as_fd(), write.as_fd()] {
+            fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+            fcntl(fd, FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+        }
+        WAKE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
+        let action = SigAction::new(
+            SigHandler::Handler(on_stop_signal),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        for sig in [Signal::SIGTERM, Signal::SIGINT] {
+            // SAFETY: the handler only does async-signal-safe work (see on_stop_signal).
+            unsafe { sigaction(sig, &action) }?;
+        }
+        Ok(Stop {
+            read,
+            _write: write,
+        })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// Sleeps up to `timeout`; true when a stop signal came.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+            match poll(
+                &mut fds,
+                PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX),
+            ) {
+                Ok(0) => return false,
+                Ok(_) => return true,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! The rdma-ns networks a node is configured for, read the way the plugin reads them: each
+//! `rdma-ns` entry of a conflist (or a single conf) goes through the same decoders ADD uses
+//! ([`NetConf::parse`], [`PluginConf::from_conf`], `devicePermissions`), so what the doctor
+//! says about a conf is what an ADD would find.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::attach::config::{IpoibModeConf, Mode, ModeConf, PluginConf};
+use crate::attach::ib_device::RdmaConf;
+use crate::attach::permissions::{self, DevicePermissions};
+use crate::cni::env::Command;
+use crate::cni::NetConf;
+
+/// One `rdma-ns` plugin entry, decoded.
+#[derive(Debug, Clone)]
+pub struct RdmaNetwork {
+    /// Where it came from: a file, with ` (spec.config)` for a NetworkAttachmentDefinition.
+    pub source: String,
+    pub name: String,
+    pub mode: Mode,
+    pub rdma: RdmaConf,
+    pub mtu: Option<u32>,
+    pub ipoib_mode: Option<IpoibModeConf>,
+    /// The selectors as written (`master`, `device`, `rdmaDevice`, `deviceID`/`pciBusID`).
+    pub master: Option<String>,
+    pub device: Option<String>,
+    pub rdma_device: Option<String>,
+    pub device_id: Option<String>,
+    pub permissions: Option<DevicePermissions>,
+    pub data_dir: PathBuf,
+}
+
+impl RdmaNetwork {
+    /// The RDMA netns mode this network needs, or None when either works.
+    pub fn needs(&self) -> Option<crate::kernel::nldev::NetnsMode> {
+        use crate::kernel::nldev::NetnsMode;
+        match (self.mode, self.rdma) {
+            (_, RdmaConf::Off) => None,
+            (Mode::Macvlan | Mode::Ipoib, _) => Some(NetnsMode::Shared),
+            (Mode::Rdma, _) | (Mode::Move, RdmaConf::Exclusive) => Some(NetnsMode::Exclusive),
+            (Mode::Move, RdmaConf::Auto) => None,
+        }
+    }
+
+    /// The netdev name the conf selects the device or parent by, if it names one.
+    pub fn netdev(&self) -> Option<&str> {
+        self.master.as_deref().or(self.device.as_deref())
+    }
+}
+
+/// A conf, or one entry of it, that the plugin would refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfError {
+    pub source: String,
+    pub network: Option<String>,
+    pub msg: String,
+}
+
+/// The rdma-ns entries of one conf or conflist (already parsed as JSON). Entries of other
+/// plugins are skipped; a conf with no rdma-ns entry yields nothing.
+pub fn rdma_networks(source: &str, conf: &Value) -> (Vec<RdmaNetwork>, Vec<ConfError>) {
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    let Value::Object(top) = conf else {
+        errors.push(ConfError {
+            source: source.to_string(),
+            network: None,
+            msg: "not a JSON object".into(),
+        });
+        return (found, errors);
+    };
+    let name = top.get("name").and_then(Value::as_str).map(str::to_string);
+    let entries: Vec<Map<String, Value>> = match top.get("plugins") {
+        Some(Value::Array(list)) => list.iter().filter_map(|p| p.as_object().cloned()).collect(),
+        _ => vec![top.clone()],
+    };
+    for mut entry in entries {
+        if entry.get("type").and_then(Value::as_str) != Some("rdma-ns") {
+            continue;
+        }
+        // A runtime hands each plugin of a conflist the list's name and cniVersion.
+        for key in ["name", "cniVersion"] {
+            if let Some(v) = top.get(key) {
+                entry.insert(key.to_string(), v.clone());
+            }
+        }
+        let text = Value::Object(entry.clone()).to_string();
+        match decode(source, &text, &entry) {
+            Ok(n) => found.push(n),
+            Err(msg) => errors.push(ConfError {
+                source: source.to_string(),
+                network: name.clone(),
+                msg,
+            }),
+        }
+    }
+    (found, errors)
+}
+
+fn decode(source: &str, text: &str, entry: &Map<String, Value>) -> Result<RdmaNetwork, String> {
+    let conf = NetConf::parse(text.as_bytes(), Command::Add).map_err(|e| e.to_string())?;
+    let plugin = PluginConf::from_conf(&conf).map_err(|e| e.to_string())?;
+    let permissions = permissions::from_conf(&conf).map_err(|e| e.to_string())?;
+    let string = |key: &str| {
+        entry
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let ipoib_mode = match &plugin.mode {
+        ModeConf::Ipoib(c) => Some(c.ipoib_mode),
+        _ => None,
+    };
+    Ok(RdmaNetwork {
+        source: source.to_string(),
+        name: conf.name.clone(),
+        mode: plugin.mode.kind(),
+        rdma: plugin.rdma,
+        mtu: plugin.mtu,
+        ipoib_mode,
+        master: string("master"),
+        device: string("device"),
+        rdma_device: string("rdmaDevice"),
+        device_id: string("deviceID").or_else(|| string("pciBusID")),
+        permissions,
+        data_dir: plugin.data_dir,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conflist_entries_get_the_list_name_and_other_plugins_are_skipped() {
+        let conf = json!({"cniVersion":"1.0.0","name":"roce","plugins":[
+            {"type":"sriov"},
+            {"type":"rdma-ns","mode":"macvlan","master":"ens1f0np0",
+             "devicePermissions":{"uverbs":"0666"}}]});
+        let (nets, errors) = rdma_networks("/etc/cni/net.d/10-roce.conflist", &conf);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(nets.len(), 1);
+        let n = &nets[0];
+        assert_eq!(n.name, "roce");
+        assert_eq!(n.mode, Mode::Macvlan);
+        assert_eq!(n.netdev(), Some("ens1f0np0"));
+        assert_eq!(n.permissions.as_ref().unwrap().uverbs, Some(0o666));
+        assert_eq!(n.needs(), Some(crate::kernel::nldev::NetnsMode::Shared));
+    }
+
+    #[test]
+    fn a_bad_field_is_reported_with_the_plugins_own_message() {
+        let conf = json!({"cniVersion":"1.0.0","name":"x","type":"rdma-ns","mode":"bogus"});
+        let (nets, errors) = rdma_networks("f.conf", &conf);
+        assert!(nets.is_empty());
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].msg.contains("mode") && errors[0].msg.contains("bogus"));
+    }
+
+    #[test]
+    fn needs_follow_mode_and_rdma() {
+        use crate::kernel::nldev::NetnsMode;
+        let conf = |extra: Value| {
+            let mut v = json!({"cniVersion":"1.0.0","name":"n","type":"rdma-ns"});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            rdma_networks("f", &v).0.remove(0).needs()
+        };
+        assert_eq!(conf(json!({"mode":"rdma"})), Some(NetnsMode::Exclusive));
+        assert_eq!(
+            conf(json!({"mode":"move","rdma":"exclusive"})),
+            Some(NetnsMode::Exclusive)
+        );
+        assert_eq!(conf(json!({"mode":"move"})), None);
+        assert_eq!(
+            conf(json!({"mode":"ipoib","master":"ib0"})),
+            Some(NetnsMode::Shared)
+        );
+        assert_eq!(
+            conf(json!({"mode":"macvlan","master":"e","rdma":"off"})),
+            None
+        );
+    }
+}

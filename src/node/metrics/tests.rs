@@ -1,0 +1,311 @@
+//! The exposition text on fixture trees: format (HELP/TYPE once per family, before its
+//! samples; label escaping), units (4-octet words to bytes), counters that only grow between
+//! scrapes, and the attachment info metrics from records.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::*;
+use crate::kernel::topology::fixtures::SysfsFixture;
+use crate::testutil::TempDir;
+
+const PF_PORT: &str = "devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/infiniband/mlx5_0/ports/1";
+const RXE_PORT: &str = "devices/virtual/infiniband/rxe0/ports/1";
+
+fn counters(fx: &SysfsFixture, xmit_words: u64, hw: u64) {
+    for (name, v) in [
+        ("port_xmit_data", xmit_words),
+        ("port_rcv_data", xmit_words / 2),
+        ("port_xmit_packets", xmit_words / 64),
+        ("port_rcv_packets", xmit_words / 128),
+        ("symbol_error", 3),
+        ("link_downed", 1),
+    ] {
+        fx.write_attr(format!("{PF_PORT}/counters/{name}"), &v.to_string())
+            .unwrap();
+    }
+    fx.write_attr(
+        format!("{PF_PORT}/hw_counters/out_of_buffer"),
+        &hw.to_string(),
+    )
+    .unwrap();
+    fx.write_attr(format!("{PF_PORT}/hw_counters/lifespan"), "10")
+        .unwrap();
+    for (name, v) in [
+        ("sent_pkts", hw * 3),
+        ("rcvd_pkts", hw * 2),
+        ("link_downed", 0),
+    ] {
+        fx.write_attr(format!("{RXE_PORT}/hw_counters/{name}"), &v.to_string())
+            .unwrap();
+    }
+}
+
+/// A parsed exposition: samples by `name{labels}` and the families in order.
+#[derive(Debug, Default)]
+struct Parsed {
+    samples: BTreeMap<String, f64>,
+    types: BTreeMap<String, String>,
+}
+
+/// Parses and validates the text format: every sample's family has HELP then TYPE before its
+/// first sample, each once; names and label names match the allowed patterns; label values
+/// are properly quoted with only `\\`, `\"` and `\n` escapes; values are numbers.
+fn parse(text: &str) -> Parsed {
+    let mut p = Parsed::default();
+    let mut helped = std::collections::BTreeSet::new();
+    let mut current: Option<String> = None;
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && n.bytes().enumerate().all(|(i, b)| {
+                b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit())
+            })
+    };
+    assert!(text.ends_with('\n'), "the text ends with a newline");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(valid_name(name), "{line}");
+            assert!(helped.insert(name.to_string()), "HELP twice for {name}");
+            current = Some(name.to_string());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert_eq!(
+                current.as_deref(),
+                Some(name),
+                "TYPE right after HELP: {line}"
+            );
+            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            assert!(
+                p.types.insert(name.into(), kind.into()).is_none(),
+                "TYPE twice: {name}"
+            );
+            continue;
+        }
+        assert!(!line.starts_with('#'), "{line}");
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let name = series.split('{').next().unwrap();
+        assert_eq!(
+            current.as_deref(),
+            Some(name),
+            "sample of another family: {line}"
+        );
+        if p.types[name] == "counter" {
+            assert!(name.ends_with("_total"), "counters end in _total: {name}");
+        }
+        if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap();
+            let mut chars = inner.chars().peekable();
+            while chars.peek().is_some() {
+                let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+                assert!(valid_name(&key) && !key.starts_with("__"), "{line}");
+                assert_eq!(chars.next(), Some('"'), "{line}");
+                loop {
+                    match chars.next() {
+                        Some('\\') => assert!(
+                            matches!(chars.next(), Some('\\' | '"' | 'n')),
+                            "bad escape: {line}"
+                        ),
+                        Some('"') => break,
+                        Some('\n') | None => panic!("unterminated label value: {line}"),
+                        Some(_) => {}
+                    }
+                }
+                match chars.next() {
+                    Some(',') | None => {}
+                    other => panic!("{other:?} after a label value: {line}"),
+                }
+            }
+        }
+        let v: f64 = value.parse().unwrap_or_else(|_| panic!("value: {line}"));
+        assert!(
+            p.samples.insert(series.to_string(), v).is_none(),
+            "duplicate {series}"
+        );
+    }
+    p
+}
+
+fn render_text(src: &Sources) -> String {
+    let mut out = String::new();
+    render(src, &mut out);
+    out
+}
+
+fn sources(fx: &SysfsFixture, data: &TempDir) -> Sources {
+    Sources {
+        sys: fx.root().clone(),
+        data_dirs: vec![data.path().to_path_buf()],
+    }
+}
+
+#[test]
+fn ports_state_rate_and_counters_in_base_units() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    counters(&fx, 1000, 7);
+    let p = parse(&render_text(&sources(&fx, &data)));
+    let s = |k: &str| {
+        p.samples
+            .get(k)
+            .copied()
+            .unwrap_or_else(|| panic!("{k}: {:#?}", p.samples))
+    };
+    let pf = r#"{device="mlx5_0",port="1"}"#;
+    assert_eq!(s(&format!("rdma_port_transmit_bytes_total{pf}")), 4000.0);
+    assert_eq!(s(&format!("rdma_port_receive_bytes_total{pf}")), 2000.0);
+    assert_eq!(s(&format!("rdma_port_transmit_packets_total{pf}")), 15.0);
+    assert_eq!(s(&format!("rdma_port_state{pf}")), 4.0);
+    assert_eq!(s(&format!("rdma_port_phys_state{pf}")), 5.0);
+    assert_eq!(s(&format!("rdma_port_rate_bits_per_second{pf}")), 100e9);
+    assert_eq!(
+        s(r#"rdma_port_counter_total{device="mlx5_0",port="1",counter="symbol_error"}"#),
+        3.0
+    );
+    assert_eq!(
+        s(r#"rdma_port_hw_counter_total{device="mlx5_0",port="1",counter="out_of_buffer"}"#),
+        7.0
+    );
+    assert_eq!(
+        s(r#"rdma_port_hw_counter_total{device="rxe0",port="1",counter="sent_pkts"}"#),
+        21.0
+    );
+    assert!(
+        !p.samples.keys().any(|k| k.contains("lifespan")),
+        "lifespan is a setting, not a counter"
+    );
+    assert!(
+        !p.samples
+            .keys()
+            .any(|k| k.contains(r#"counter="port_xmit_data""#)),
+        "the raw word counter is not exported under a second name"
+    );
+    assert_eq!(
+        s(
+            r#"rdma_port_info{device="ibp94s0",port="1",link_layer="InfiniBand",state="4: ACTIVE",phys_state="5: LinkUp",rate="100 Gb/sec (4X EDR)",netdev="ibp94s0"}"#
+        ),
+        1.0
+    );
+    assert_eq!(s("rdma_ns_exporter_read_errors"), 0.0);
+    assert_eq!(s("rdma_ns_records_unreadable"), 0.0);
+}
+
+#[test]
+fn counters_only_grow_between_scrapes() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let src = sources(&fx, &data);
+    counters(&fx, 1000, 7);
+    let a = parse(&render_text(&src));
+    counters(&fx, 5000, 9);
+    let b = parse(&render_text(&src));
+    let mut grew = 0;
+    for (series, v) in &a.samples {
+        let name = series.split('{').next().unwrap();
+        if a.types[name] != "counter" {
+            continue;
+        }
+        let after = b.samples[series];
+        assert!(after >= *v, "{series}: {v} then {after}");
+        grew += usize::from(after > *v);
+    }
+    assert!(grew >= 6, "the counters written again moved: {grew}");
+}
+
+#[test]
+fn unreadable_counters_are_counted_not_fatal() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    counters(&fx, 1000, 7);
+    fx.write_attr(format!("{PF_PORT}/counters/port_xmit_wait"), "N/A")
+        .unwrap();
+    let p = parse(&render_text(&sources(&fx, &data)));
+    assert_eq!(p.samples["rdma_ns_exporter_read_errors"], 1.0);
+    assert_eq!(
+        p.samples[r#"rdma_port_transmit_bytes_total{device="mlx5_0",port="1"}"#],
+        4000.0
+    );
+}
+
+#[test]
+fn attachments_become_info_metrics_with_escaped_labels() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let att: crate::attach::state::Attachment = serde_json::from_value(json!({
+        "network":"roce","containerId":"c0ffee","ifname":"net1","mode":"macvlan",
+        "phase":"ready","netns":"/run/netns/x","deviceKey":"k",
+        "host":{"name":"ens1f0np0","ifindex":4,"mtu":9000,"hwaddr":"0c:42:a1:3b:00:00",
+                "wasUp":true,"addresses":[]},
+        "pod":{"namespace":"ml","name":"odd\"name\\with\nbreaks"},
+        "gids":[{"ip":"10.59.0.9","ibdev":"mlx5_0","port":1,"index":1,"gidType":"IB/RoCE v1"},
+                {"ip":"10.59.0.9","ibdev":"mlx5_0","port":1,"index":7,"gidType":"RoCE v2"}]}))
+    .unwrap();
+    Store::new(data.path()).save(&att).unwrap();
+    std::fs::write(data.path().join("roce/broken:net1.json"), "{").unwrap();
+    let text = render_text(&sources(&fx, &data));
+    let p = parse(&text);
+    let info = r#"rdma_ns_attachment_info{namespace="ml",pod="odd\"name\\with\nbreaks",network="roce",container_id="c0ffee",interface="net1",mode="macvlan",host_device="ens1f0np0",device="mlx5_0",port="1",gid_index="7",phase="ready"}"#;
+    assert_eq!(p.samples.get(info), Some(&1.0), "{text}");
+    assert_eq!(
+        p.samples
+            .keys()
+            .filter(|k| k.starts_with("rdma_ns_attachment_gid_info{"))
+            .count(),
+        2
+    );
+    assert_eq!(p.samples["rdma_ns_records_unreadable"], 1.0);
+}
+
+#[test]
+fn escaping_is_exactly_backslash_quote_newline() {
+    let mut s = String::new();
+    escape_label_value(&mut s, "a\\b\"c\nd\te");
+    assert_eq!(s, "a\\\\b\\\"c\\nd\te");
+}
+
+#[test]
+fn ports_brief_agrees_with_the_full_topology_reader() {
+    let fx = SysfsFixture::all().unwrap();
+    let topo = RdmaSysfs::new(fx.root());
+    let brief = topo.ports_brief().unwrap();
+    let full: Vec<_> = topo
+        .devices()
+        .unwrap()
+        .into_iter()
+        .flat_map(|d| {
+            d.ports.into_iter().map(move |p| {
+                (
+                    d.name.clone(),
+                    p.index,
+                    p.state,
+                    p.phys_state,
+                    p.link_layer,
+                    p.rate,
+                    p.netdevs,
+                )
+            })
+        })
+        .collect();
+    let brief: Vec<_> = brief
+        .into_iter()
+        .map(|p| {
+            (
+                p.ibdev,
+                p.port,
+                p.state,
+                p.phys_state,
+                p.link_layer,
+                p.rate,
+                p.netdevs,
+            )
+        })
+        .collect();
+    assert_eq!(brief, full);
+    assert_eq!(brief.len(), 5);
+}
