@@ -199,11 +199,23 @@ fn format_line(
     format!("{time} rdma-ns[{pid}] {}:{about} {msg}\n", level.label())
 }
 
-/// RFC 3339 in UTC with microseconds, e.g. `2026-12-01T01:02:03.000456Z`, from the civil date of
-/// the days since the epoch (Howard Hinnant's days_from_civil, inverted): no time crate needed.
+/// RFC 3339 in UTC with microseconds, e.g. `2026-12-01T01:02:03.000456Z`.
 fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+    let micros = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_micros();
+    let seconds = rfc3339_seconds(t);
+    format!("{}.{micros:06}Z", seconds.trim_end_matches('Z'))
+}
+
+/// RFC 3339 in UTC to the second, e.g. `2026-12-01T01:02:03Z`, from the civil date of the days
+/// since the epoch (Howard Hinnant's days_from_civil, inverted): no time crate needed.
+pub fn rfc3339_seconds(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let z = days as i64 + 719_468;
     let era = z.div_euclid(146_097);
@@ -215,11 +227,10 @@ fn rfc3339(t: std::time::SystemTime) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
+        rem % 60
     )
 }
 

@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use super::doctor::Facts;
 use crate::kernel::nldev::NetnsMode;
@@ -102,34 +102,15 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     result
 }
 
-/// UTC time as RFC 3339 (`2026-12-01T01:02:03Z`), from days since the epoch by the civil
-/// calendar algorithm (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+/// UTC time as RFC 3339 (`2026-12-01T01:02:03Z`), as NFD's expiry-time directive takes it.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::log::rfc3339_seconds(t)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn facts() -> Facts {
         Facts {
