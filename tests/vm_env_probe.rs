@@ -37,28 +37,6 @@ fn probe_bin() -> &'static str {
     }
 }
 
-fn scratch() -> String {
-    std::env::var("RDMA_NS_VM_SCRATCH").expect("run inside the VM tier (RDMA_NS_VM_SCRATCH)")
-}
-
-/// The plugin's data dir for this case, registered with the runner's leak check.
-fn state_dir() -> String {
-    let dir = format!("{}/state", scratch());
-    if let Ok(list) = std::env::var("RDMA_NS_VM_STATE_DIRS") {
-        let known = std::fs::read_to_string(&list).unwrap_or_default();
-        if !known.lines().any(|l| l == dir) {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&list)
-                .unwrap();
-            writeln!(f, "{dir}").unwrap();
-        }
-    }
-    dir
-}
-
 /// The index of the GID table entry holding `gid` on `ndev`, read straight from sysfs with
 /// no rdma-ns code, polled briefly (the kernel adds GIDs from a workqueue).
 fn sysfs_gid_index(gid: &str, ndev: &str) -> u32 {

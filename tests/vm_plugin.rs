@@ -9,29 +9,6 @@ use serde_json::{json, Value};
 
 const POD: &str = "/run/netns/vmpod";
 
-fn scratch() -> String {
-    std::env::var("RDMA_NS_VM_SCRATCH").expect("run inside the VM tier (RDMA_NS_VM_SCRATCH)")
-}
-
-/// The plugin's data dir for this case, registered with the runner's leak check (it must be
-/// empty when the case ends).
-fn state_dir() -> String {
-    let dir = format!("{}/state", scratch());
-    if let Ok(list) = std::env::var("RDMA_NS_VM_STATE_DIRS") {
-        let known = std::fs::read_to_string(&list).unwrap_or_default();
-        if !known.lines().any(|l| l == dir) {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&list)
-                .unwrap();
-            writeln!(f, "{dir}").unwrap();
-        }
-    }
-    dir
-}
-
 /// The GID table entry holding `gid` (uncompressed, as sysfs prints it) on `ndev`, read
 /// straight from sysfs, independently of the plugin's reader.
 fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {

@@ -519,3 +519,26 @@ pub fn leases(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// VM tier: the case's scratch dir (`RDMA_NS_VM_SCRATCH`, set by tests/vm/guest.sh).
+pub fn scratch() -> String {
+    std::env::var("RDMA_NS_VM_SCRATCH").expect("run inside the VM tier (RDMA_NS_VM_SCRATCH)")
+}
+
+/// VM tier: the plugin's data dir for this case, registered with the runner's leak check (it
+/// must be empty when the case ends).
+pub fn state_dir() -> String {
+    let dir = format!("{}/state", scratch());
+    if let Ok(list) = std::env::var("RDMA_NS_VM_STATE_DIRS") {
+        let known = std::fs::read_to_string(&list).unwrap_or_default();
+        if !known.lines().any(|l| l == dir) {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&list)
+                .unwrap();
+            writeln!(f, "{dir}").unwrap();
+        }
+    }
+    dir
+}
