@@ -399,6 +399,9 @@ pub struct FakeRdma {
     /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
     /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
     pub ipoib: Option<(std::rc::Rc<RefCell<FakeState>>, Vec<u8>)>,
+    /// When set, ib device moves are also logged into the fake kernel's call log, so a test can
+    /// compare the order of netdev and ib device operations (one host, one sequence).
+    pub log_to: Option<std::rc::Rc<RefCell<FakeState>>>,
 }
 
 impl FakeRdma {
@@ -415,6 +418,7 @@ impl FakeRdma {
             port_state: 4,
             calls: RefCell::new(Vec::new()),
             ipoib: None,
+            log_to: None,
         }
     }
 
@@ -446,6 +450,9 @@ impl crate::kernel::rdma_ops::RdmaOps for FakeRdma {
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
         let line = format!("move_ib {} {index} -> {}", ns_key(ns), ns_key(target));
         self.calls.borrow_mut().push(line.clone());
+        if let Some(host) = &self.log_to {
+            host.borrow_mut().calls.push(line.clone());
+        }
         if let Some(errno) = self.refuse {
             return Err(KernelError::new(line, "ib", ns, errno as i32));
         }

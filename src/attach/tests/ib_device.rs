@@ -232,7 +232,8 @@ fn a_refused_ib_move_moves_nothing_and_says_why() {
 fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
     for step in ["ib-move", "move", "addresses", "up", "state"] {
         let w = World::new(vec![roce_netdev()]);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+        let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+        rdma.log_to = Some(w.kernel.state.clone());
         let err = w
             .run(
                 &rdma,
@@ -254,15 +255,27 @@ fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
             ("host", "ens1f0np0", true),
             "{step}"
         );
+        // One sequence for both seams: the ib device went in first and comes back last, the
+        // netdev in between.
+        let calls = w.kernel.calls();
+        let at = |what: &str| {
+            calls
+                .iter()
+                .position(|c| c.starts_with(what))
+                .unwrap_or_else(|| panic!("{step}: no `{what}` in {calls:?}"))
+        };
+        let ib_in = at(&format!("move_ib host 3 -> {POD}"));
+        let ib_back = at(&format!("move_ib {POD} 3 -> host"));
+        assert!(ib_in < ib_back, "{step}: {calls:?}");
         if step != "ib-move" {
-            let calls = w.kernel.calls();
-            let netdev_back = calls.iter().position(|c| c.contains("netns=host")).unwrap();
-            assert!(netdev_back > 0, "{step}");
-            let m = moves(&rdma);
-            assert_eq!(
-                m.last().unwrap(),
-                &format!("move_ib {POD} 3 -> host"),
-                "{step}: ib device back last"
+            let netdev_in = at(&format!("set_link host 4 netns={POD}"));
+            let netdev_back = calls
+                .iter()
+                .position(|c| c.starts_with("set_link") && c.contains("netns=host"))
+                .unwrap_or_else(|| panic!("{step}: the netdev never came back: {calls:?}"));
+            assert!(
+                ib_in < netdev_in && netdev_in < netdev_back && netdev_back < ib_back,
+                "{step}: ib in, netdev in, netdev back, ib back, in that order: {calls:?}"
             );
         }
         assert!(
