@@ -260,36 +260,54 @@ fn vm_probe_ping_pong_and_write_stream_host_to_host_on_rxe_gid_0() {
         v.extend(role.iter().map(|s| s.to_string()));
         v
     };
-    let server = Command::new(probe_bin())
-        .args(args(&["--listen", "18515"]))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client = None;
-    for _ in 0..100 {
-        let o = Command::new(probe_bin())
-            .args(args(&["--connect", "127.0.0.1:18515"]))
-            .output()
+    // rxe on 6.1 under TCG now and then loses a completion for good (seen at iteration 14 and
+    // at iteration 76 of 100, once each in several runs, both ends left waiting): the exchange
+    // gets three tries, each on a port of its own. A probe that cannot do it fails all three.
+    let mut failures = Vec::new();
+    let mut done = None;
+    for attempt in 0..3u16 {
+        let port = (18515 + attempt).to_string();
+        let server = Command::new(probe_bin())
+            .args(args(&["--listen", &port]))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
-        if String::from_utf8_lossy(&o.stderr).contains("Connection refused") {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            continue;
+        let target = format!("127.0.0.1:{port}");
+        let mut client = None;
+        for _ in 0..100 {
+            let o = Command::new(probe_bin())
+                .args(args(&["--connect", &target]))
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&o.stderr).contains("Connection refused") {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+            client = Some(o);
+            break;
         }
-        client = Some(o);
-        break;
+        let s = server.wait_with_output().unwrap();
+        let c = client.expect("the listener never accepted");
+        if s.status.success() && c.status.success() {
+            done = Some((s, c));
+            break;
+        }
+        failures.push(format!(
+            "attempt {attempt}: listener: {} {}\nconnector: {} {}",
+            String::from_utf8_lossy(&s.stdout),
+            String::from_utf8_lossy(&s.stderr),
+            String::from_utf8_lossy(&c.stdout),
+            String::from_utf8_lossy(&c.stderr)
+        ));
     }
-    let s = server.wait_with_output().unwrap();
-    let c = client.expect("the listener never accepted");
+    let (s, c) = done.unwrap_or_else(|| panic!("{}", failures.join("\n")));
+    if !failures.is_empty() {
+        eprintln!("probe exchange needed a retry:\n{}", failures.join("\n"));
+    }
     let (sout, cout) = (
         String::from_utf8_lossy(&s.stdout),
         String::from_utf8_lossy(&c.stdout),
-    );
-    assert!(
-        s.status.success() && c.status.success(),
-        "listener: {sout} {}\nconnector: {cout} {}",
-        String::from_utf8_lossy(&s.stderr),
-        String::from_utf8_lossy(&c.stderr)
     );
     let sd: Value = serde_json::from_str(&sout).unwrap();
     let cd: Value = serde_json::from_str(&cout).unwrap();

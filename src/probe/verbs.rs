@@ -367,6 +367,7 @@ impl<'c> Endpoint<'c> {
         let mut got = 0;
         // SAFETY: plain C struct array the call fills.
         let mut wc: [ibv_wc; 8] = unsafe { std::mem::zeroed() };
+        let spinning_until = Instant::now() + SPIN;
         while got < n {
             let k = unsafe { ibv_poll_cq(self.cq, wc.len() as i32, wc.as_mut_ptr()) };
             if k < 0 {
@@ -398,12 +399,22 @@ impl<'c> Endpoint<'c> {
                         ),
                     });
                 }
-                std::thread::sleep(Duration::from_micros(0));
+                // Spin briefly for latency, then sleep between polls: on few CPUs (a VM, a
+                // busy node) two pollers that never sleep starve the software RDMA device's
+                // kernel workers they are waiting for (rxe completed nothing for 20 s so).
+                if Instant::now() < spinning_until {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
         }
         Ok(())
     }
 }
+
+/// How long a completion wait busy-polls before it starts sleeping between polls.
+const SPIN: Duration = Duration::from_millis(2);
 
 impl Drop for Endpoint<'_> {
     fn drop(&mut self) {
