@@ -298,13 +298,24 @@ mod tests {
                 .unwrap()
                 .success()
         };
+        // Removes the namespace even when an assertion below panics, so a failed run
+        // leaves nothing on the host for the next one to trip over.
+        struct RemoveOnDrop(String);
+        impl Drop for RemoveOnDrop {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &self.0])
+                    .status();
+            }
+        }
         assert!(ip(&["netns", "add", &name]));
+        let _remove = RemoveOnDrop(name.clone());
         assert!(ip(&[
             "-n", &name, "link", "add", "podonly0", "type", "veth", "peer", "name", "podonly1"
         ]));
         let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
         let seen = ns.with_own_sysfs(|sys| sys.list_dir("class/net"));
-        ip(&["netns", "del", &name]);
+        drop(ns);
         let seen = seen.unwrap();
         assert!(seen.contains(&"podonly0".to_string()), "{seen:?}");
         assert!(
