@@ -396,16 +396,7 @@ fn ipoib_port(
     gid.copy_from_slice(&iface.hwaddr[4..IPOIB_ALEN]);
     let gid = Ipv6Addr::from(gid);
     for dev in devices {
-        let ports = topo
-            .port_indexes(dev)
-            .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-        for port in ports {
-            let brief = topo
-                .port_brief(dev, port)
-                .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
-            if brief.map(|b| b.link_layer) != Some(LinkLayer::InfiniBand) {
-                continue;
-            }
+        for port in ports_with_link_layer(topo, dev, LinkLayer::InfiniBand)? {
             let g0 = topo
                 .gid_entry(dev, port, 0)
                 .map_err(DiscoverError::sysfs(format!(
@@ -438,16 +429,7 @@ fn search_gid_tables<'i>(
         .map(gid_of_ip)
         .collect();
     for dev in devices {
-        let ports = topo
-            .port_indexes(dev)
-            .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-        for port in ports {
-            let brief = topo
-                .port_brief(dev, port)
-                .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
-            if brief.map(|b| b.link_layer) != Some(LinkLayer::Ethernet) {
-                continue;
-            }
+        for port in ports_with_link_layer(topo, dev, LinkLayer::Ethernet)? {
             let hits =
                 topo.gids_matching(dev, port, &wanted, false)
                     .map_err(DiscoverError::sysfs(format!(
@@ -473,6 +455,27 @@ fn search_gid_tables<'i>(
         }
     }
     Ok(placed)
+}
+
+/// The ports of `dev` whose link layer is `layer`, in index order.
+fn ports_with_link_layer(
+    topo: &RdmaSysfs<'_>,
+    dev: &str,
+    layer: LinkLayer,
+) -> Result<Vec<u32>, DiscoverError> {
+    let mut matching = Vec::new();
+    let ports = topo
+        .port_indexes(dev)
+        .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
+    for port in ports {
+        let brief = topo
+            .port_brief(dev, port)
+            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
+        if brief.is_some_and(|b| b.link_layer == layer) {
+            matching.push(port);
+        }
+    }
+    Ok(matching)
 }
 
 /// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
