@@ -1066,11 +1066,12 @@ impl RdmaSysfs<'_> {
     }
 }
 
-/// Reads a small numeric attribute with one read(2) into a stack buffer: a counter file is a
-/// decimal number and a newline, and a scrape reads thousands of them, so the size query and
-/// the heap buffer of `read_to_string` are worth saving. Ok(Err(text)) is a file that is not a
-/// number.
-fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>> {
+/// Opens `name` relative to `dir` and reads it with one read(2) into `buf`, returning the
+/// file (for a caller whose buffer filled) and the length read. sysfs hands out an attribute
+/// whole on the first read(2) (the `show` output is produced at once), so a read that does
+/// not fill the buffer has it all; the read to EOF that read_to_string adds would be one more
+/// syscall per attribute.
+fn read_once_at(dir: &fs::File, name: &str, buf: &mut [u8]) -> io::Result<(fs::File, usize)> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
     use std::io::Read;
@@ -1081,17 +1082,22 @@ fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>>
         Mode::empty(),
     )?;
     let mut f = fs::File::from(fd);
-    let mut buf = [0u8; 64];
-    // sysfs hands out an attribute whole on the first read(2) (the `show` output is produced
-    // at once), so one read that does not fill the buffer has it all; the read to EOF that
-    // read_to_string adds would be one more syscall per counter.
-    let len = loop {
-        match f.read(&mut buf) {
-            Ok(n) => break n,
+    loop {
+        match f.read(buf) {
+            Ok(n) => return Ok((f, n)),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
-    };
+    }
+}
+
+/// Reads a small numeric attribute with one read(2) into a stack buffer: a counter file is a
+/// decimal number and a newline, and a scrape reads thousands of them, so the size query and
+/// the heap buffer of `read_to_string` are worth saving. Ok(Err(text)) is a file that is not a
+/// number.
+fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>> {
+    let mut buf = [0u8; 64];
+    let (_, len) = read_once_at(dir, name, &mut buf)?;
     if len == buf.len() {
         return Ok(Err(format!("{}...", String::from_utf8_lossy(&buf))));
     }
@@ -1186,26 +1192,11 @@ impl RdmaSysfs<'_> {
 }
 
 /// A short text attribute opened relative to its directory, read with one read(2) (see
-/// [`read_number_at`]), newline trimmed.
+/// [`read_once_at`]), newline trimmed.
 fn read_small_at(dir: &fs::File, name: &str) -> io::Result<String> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::Mode;
     use std::io::Read;
-    let fd = openat(
-        std::os::fd::AsFd::as_fd(dir),
-        name,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut f = fs::File::from(fd);
     let mut buf = [0u8; 256];
-    let len = loop {
-        match f.read(&mut buf) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    };
+    let (mut f, len) = read_once_at(dir, name, &mut buf)?;
     if len == buf.len() {
         let mut rest = String::from_utf8_lossy(&buf).into_owned();
         f.read_to_string(&mut rest)?;
