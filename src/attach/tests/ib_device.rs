@@ -462,6 +462,22 @@ mod chained {
     use super::*;
     use crate::attach::modes::chained as chain;
 
+    /// The VF's netdev as the previous plugin left it: `net1` in the pod, on function
+    /// 0000:3b:00.2, whose ib device is mlx5_2.
+    fn put_vf_netdev_in_pod(w: &World) {
+        w.kernel.state.borrow_mut().links.push((
+            POD.into(),
+            Link {
+                index: 12,
+                name: "net1".into(),
+                hwaddr: vec![2, 0, 0, 0, 0, 10],
+                parent_dev: Some("0000:3b:00.2".into()),
+                parent_bus: Some("pci".into()),
+                ..Default::default()
+            },
+        ));
+    }
+
     fn prev() -> String {
         r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:0a","sandbox":"/proc/self/ns/net"}],
             "ips":[{"address":"10.1.0.2/24","interface":0}]}"#
@@ -563,17 +579,7 @@ mod chained {
     #[test]
     fn finds_the_function_from_the_pod_interface_without_device_id() {
         let w = World::new(vec![]);
-        w.kernel.state.borrow_mut().links.push((
-            POD.into(),
-            Link {
-                index: 12,
-                name: "net1".into(),
-                hwaddr: vec![2, 0, 0, 0, 0, 10],
-                parent_dev: Some("0000:3b:00.2".into()),
-                parent_bus: Some("pci".into()),
-                ..Default::default()
-            },
-        ));
+        put_vf_netdev_in_pod(&w);
         let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
         run(&w, &rdma, Command::Add, &prev(), POD).unwrap();
         assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
@@ -605,17 +611,7 @@ mod chained {
     #[test]
     fn a_shared_device_plugin_index_leaves_the_pod_interface_to_decide() {
         let w = World::new(vec![]);
-        w.kernel.state.borrow_mut().links.push((
-            POD.into(),
-            Link {
-                index: 12,
-                name: "net1".into(),
-                hwaddr: vec![2, 0, 0, 0, 0, 10],
-                parent_dev: Some("0000:3b:00.2".into()),
-                parent_bus: Some("pci".into()),
-                ..Default::default()
-            },
-        ));
+        put_vf_netdev_in_pod(&w);
         let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
         let fields = format!(r#""deviceID":"0","pciBusID":"0",{}"#, prev());
         run(&w, &rdma, Command::Add, &fields, POD).unwrap();
