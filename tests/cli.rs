@@ -164,3 +164,57 @@ fn migrate_reads_standard_input_and_refuses_what_it_cannot_read() {
     std::fs::remove_file(&garbage).unwrap();
     assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
 }
+
+/// Every subcommand that takes flags reads them alike: `--help` prints its usage on stdout
+/// and exits 0; a misuse names what was wrong, then the usage, on stderr only, with the
+/// subcommand's usage status (doctor's is 3: 1 and 2 are its findings). No case needs root or
+/// touches the node: each stops before any work.
+#[test]
+fn every_subcommand_reads_flags_the_same_way() {
+    for (sub, status) in [
+        ("list", 2),
+        ("reconcile", 2),
+        ("env", 2),
+        ("doctor", 3),
+        ("exporter", 2),
+    ] {
+        let usage = format!("usage: rdma-ns {sub}");
+        let out = run(&[sub, "--help"], &[]);
+        assert_eq!(out.status.code(), Some(0), "{sub} --help: {out:?}");
+        assert!(
+            text(&out.stdout).starts_with(&usage),
+            "{sub} --help: {out:?}"
+        );
+        assert!(out.stderr.is_empty(), "{sub} --help: {out:?}");
+        for (args, want) in [
+            (&["--frob"][..], r#"unknown argument "--frob""#.to_string()),
+            (&["--data-dir"][..], "--data-dir needs a value".to_string()),
+            (&["stray"][..], r#"unexpected argument "stray""#.to_string()),
+        ] {
+            let args: Vec<&str> = std::iter::once(sub).chain(args.iter().copied()).collect();
+            // env has no --data-dir: there the flag itself is the misuse.
+            let want = match (sub, args[1]) {
+                ("env", "--data-dir") => r#"unknown argument "--data-dir""#.to_string(),
+                _ => want,
+            };
+            let out = run(&args, &[]);
+            assert_eq!(out.status.code(), Some(status), "{args:?}: {out:?}");
+            assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+            let err = text(&out.stderr);
+            assert!(
+                err.starts_with(&format!("rdma-ns {sub}: {want}\n{usage}")),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    let out = run(&["reconcile", "--interval=0"], &[]);
+    assert!(
+        text(&out.stderr).contains(r#"--interval "0": a whole number of seconds above 0"#),
+        "{out:?}"
+    );
+    let out = run(&["list", "--json=yes"], &[]);
+    assert!(
+        text(&out.stderr).contains("--json takes no value"),
+        "{out:?}"
+    );
+}

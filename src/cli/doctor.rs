@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use super::flags::{Flags, Next, UsageError};
 use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::node::confs::{rdma_networks, ConfError};
 use rdma_ns::node::doctor::{self, Options, Report, Severity};
@@ -41,50 +42,40 @@ struct Args {
     proc: Option<PathBuf>,
 }
 
-fn parse_args(args: &[OsString]) -> Result<Args, String> {
+/// The arguments, or None for `--help`.
+fn parse_args(args: &[OsString]) -> Result<Option<Args>, UsageError> {
     let mut a = Args::default();
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    let secs = |name: &str, v: String| -> Result<Duration, String> {
-        v.parse::<u64>()
-            .ok()
-            .filter(|s| *s > 0)
-            .map(Duration::from_secs)
-            .ok_or_else(|| format!("{name} {v:?}: a whole number of seconds above 0"))
-    };
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--pod" => a.pod = true,
-            "--json" => a.json = true,
-            "--conf" => a.confs.push(value("--conf")?.into()),
-            "--conf-dir" => a.conf_dir = Some(value("--conf-dir")?.into()),
-            "--data-dir" => a.data_dirs.push(value("--data-dir")?.into()),
-            "--nfd" => a.nfd = Some(value("--nfd")?.into()),
-            "--every" => a.every = Some(secs("--every", value("--every")?)?),
-            "--expiry" => a.expiry = Some(secs("--expiry", value("--expiry")?)?),
-            "--sysfs" => a.sysfs = Some(value("--sysfs")?.into()),
-            "--dev" => a.dev = Some(value("--dev")?.into()),
-            "--proc" => a.proc = Some(value("--proc")?.into()),
-            other => return Err(format!("unknown argument {other:?}")),
+    let mut flags = Flags::new(args);
+    loop {
+        match flags.next()? {
+            Next::End => break,
+            Next::Help => return Ok(None),
+            Next::Flag("--pod") => a.pod = true,
+            Next::Flag("--json") => a.json = true,
+            Next::Flag("--conf") => a.confs.push(flags.value()?.into()),
+            Next::Flag("--conf-dir") => a.conf_dir = Some(flags.value()?.into()),
+            Next::Flag("--data-dir") => a.data_dirs.push(flags.value()?.into()),
+            Next::Flag("--nfd") => a.nfd = Some(flags.value()?.into()),
+            Next::Flag("--every") => a.every = Some(flags.seconds()?),
+            Next::Flag("--expiry") => a.expiry = Some(flags.seconds()?),
+            Next::Flag("--sysfs") => a.sysfs = Some(flags.value()?.into()),
+            Next::Flag("--dev") => a.dev = Some(flags.value()?.into()),
+            Next::Flag("--proc") => a.proc = Some(flags.value()?.into()),
+            Next::Flag(_) => return Err(flags.unknown()),
         }
     }
     if a.nfd.is_none() && (a.every.is_some() || a.expiry.is_some()) {
-        return Err("--every and --expiry go with --nfd".into());
+        return Err(UsageError("--every and --expiry go with --nfd".into()));
     }
-    Ok(a)
+    Ok(Some(a))
 }
 
 pub fn run(args: &[OsString]) -> ExitCode {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     let args = match parse_args(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("rdma-ns doctor: {e}\n{USAGE}");
-            return ExitCode::from(3);
-        }
+        Ok(Some(a)) => a,
+        Ok(None) => return super::help(USAGE),
+        // 1 and 2 are the findings' severities.
+        Err(e) => return super::refuse("doctor", &e, USAGE, 3),
     };
     let mut node = Node::system();
     if let Some(s) = &args.sysfs {
@@ -308,6 +299,7 @@ mod tests {
         let args = a(&[
             "--pod", "--json", "--conf", "x.yaml", "--nfd", "f", "--every", "60",
         ])
+        .unwrap()
         .unwrap();
         assert!(args.pod && args.json);
         assert_eq!(args.confs, vec![PathBuf::from("x.yaml")]);

@@ -12,6 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::flags::{Flags, Next, UsageError};
 use rdma_ns::discover::{self, vars, Discovery, Problem};
 use rdma_ns::kernel::rtnetlink::RealKernel;
 use rdma_ns::kernel::sysfs::SysRoot;
@@ -35,59 +36,50 @@ struct Args {
     exec: Option<Vec<OsString>>,
 }
 
-fn parse_args(args: &[OsString]) -> Result<Args, String> {
+/// The arguments, or None for `--help`.
+fn parse_args(args: &[OsString]) -> Result<Option<Args>, UsageError> {
     let mut out = Args {
         netns: None,
         format: Format::Sh,
         best_effort: false,
         exec: None,
     };
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].to_str().ok_or("arguments must be UTF-8")?;
-        let value = |i: usize| -> Result<&OsString, String> {
-            args.get(i + 1).ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a {
-            "--netns" => {
-                out.netns = Some(PathBuf::from(value(i)?));
-                i += 1;
-            }
-            "--format" => {
-                out.format = match value(i)?.to_str() {
-                    Some("sh") => Format::Sh,
-                    Some("json") => Format::Json,
-                    Some("env-file") => Format::EnvFile,
+    let mut flags = Flags::new(args);
+    loop {
+        match flags.next()? {
+            Next::End => break,
+            Next::Help => return Ok(None),
+            Next::Flag("--netns") => out.netns = Some(PathBuf::from(flags.value()?)),
+            Next::Flag("--format") => {
+                out.format = match flags.value()? {
+                    "sh" => Format::Sh,
+                    "json" => Format::Json,
+                    "env-file" => Format::EnvFile,
                     other => {
-                        return Err(format!(
-                            "--format {}: use sh, json or env-file",
-                            other.unwrap_or("?")
-                        ))
+                        return Err(UsageError(format!(
+                            "--format {other:?}: use sh, json or env-file"
+                        )))
                     }
+                }
+            }
+            Next::Flag("--best-effort") => out.best_effort = true,
+            Next::Flag("--exec") => {
+                let cmd = match flags.rest() {
+                    [dashes, cmd @ ..] if dashes == "--" => cmd,
+                    _ => return Err(UsageError("--exec takes `-- CMD [ARG...]`".into())),
                 };
-                i += 1;
-            }
-            "--best-effort" => out.best_effort = true,
-            "--exec" => {
-                if args.get(i + 1).map(OsString::as_os_str) != Some(OsStr::new("--")) {
-                    return Err("--exec takes `-- CMD [ARG...]`".into());
-                }
-                let cmd = args[i + 2..].to_vec();
                 if cmd.is_empty() {
-                    return Err("--exec -- needs a command".into());
+                    return Err(UsageError("--exec -- needs a command".into()));
                 }
-                out.exec = Some(cmd);
-                break;
+                out.exec = Some(cmd.to_vec());
             }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            Next::Flag(_) => return Err(flags.unknown()),
         }
-        i += 1;
     }
     if out.exec.is_some() && out.format != Format::Sh {
-        return Err("--format does not apply to --exec".into());
+        return Err(UsageError("--format does not apply to --exec".into()));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Where uverbs nodes are looked for. Debug builds let tests point it elsewhere with
@@ -102,15 +94,9 @@ fn dev_dir() -> PathBuf {
 
 pub fn run(args: &[OsString]) -> ExitCode {
     let args = match parse_args(args) {
-        Ok(a) => a,
-        Err(msg) => {
-            if msg.is_empty() {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("rdma-ns env: {msg}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Ok(Some(a)) => a,
+        Ok(None) => return super::help(USAGE),
+        Err(e) => return super::refuse("env", &e, USAGE, 2),
     };
     let kernel = match RealKernel::new() {
         Ok(k) => k,
@@ -222,10 +208,13 @@ mod tests {
             "json",
             "--best-effort",
         ]))
+        .unwrap()
         .unwrap();
         assert_eq!(a.netns.as_deref(), Some(Path::new("/run/netns/p")));
         assert_eq!((a.format, a.best_effort), (Format::Json, true));
-        let a = parse_args(&os(&["--exec", "--", "torchrun", "--nproc", "8"])).unwrap();
+        let a = parse_args(&os(&["--exec", "--", "torchrun", "--nproc", "8"]))
+            .unwrap()
+            .unwrap();
         assert_eq!(a.exec.unwrap(), os(&["torchrun", "--nproc", "8"]));
         for bad in [
             &["--format", "yaml"][..],
@@ -237,6 +226,9 @@ mod tests {
         ] {
             assert!(parse_args(&os(bad)).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_args(&os(&["--netns", "/x", "--help"])).unwrap(), None);
+        let err = parse_args(&os(&["--exec=torchrun"])).unwrap_err();
+        assert_eq!(err.0, "--exec takes `-- CMD [ARG...]`");
     }
 
     #[test]
@@ -303,7 +295,7 @@ mod tests {
         assert_eq!(volume(init, cp[2]), volume(trainer, cmd[0]));
         let args: Vec<OsString> = cmd[2..].iter().map(OsString::from).collect();
         assert_eq!(cmd[1], "env");
-        let parsed = parse_args(&args).unwrap();
+        let parsed = parse_args(&args).unwrap().expect("not --help");
         assert_eq!(parsed.exec.unwrap()[0], "torchrun");
         let vol = &pod["spec"]["volumes"][0];
         assert!(vol["emptyDir"].is_object(), "{vol}");

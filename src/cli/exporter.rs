@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use super::flags::{Flags, Next};
 use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::node::metrics::{self, Sources};
 
@@ -35,22 +36,19 @@ pub fn run(args: &[OsString]) -> ExitCode {
     let mut listen = ":9100".to_string();
     let mut sys = SysRoot::default();
     let mut data_dirs = Vec::new();
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let r = match a.as_str() {
-            "--listen" => value("--listen").map(|v| listen = v),
-            "--sysfs" => value("--sysfs").map(|v| sys = SysRoot::new(v)),
-            "--data-dir" => value("--data-dir").map(|v| data_dirs.push(PathBuf::from(v))),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => Err(format!("unknown argument {other:?}")),
+    let mut flags = Flags::new(args);
+    loop {
+        let read = match flags.next() {
+            Ok(Next::End) => break,
+            Ok(Next::Help) => return super::help(USAGE),
+            Ok(Next::Flag("--listen")) => flags.value().map(|v| listen = v.to_string()),
+            Ok(Next::Flag("--sysfs")) => flags.value().map(|v| sys = SysRoot::new(v)),
+            Ok(Next::Flag("--data-dir")) => flags.value().map(|v| data_dirs.push(v.into())),
+            Ok(Next::Flag(_)) => Err(flags.unknown()),
+            Err(e) => Err(e),
         };
-        if let Err(e) = r {
-            eprintln!("rdma-ns exporter: {e}\n{USAGE}");
-            return ExitCode::from(2);
+        if let Err(e) = read {
+            return super::refuse("exporter", &e, USAGE, 2);
         }
     }
     if data_dirs.is_empty() {

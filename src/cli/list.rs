@@ -4,28 +4,30 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
 use rdma_ns::attach::state::{Attachment, Store, DEFAULT_DATA_DIR};
+
+const USAGE: &str = "usage: rdma-ns list [--json] [--data-dir DIR]";
 
 pub fn run(args: &[OsString]) -> ExitCode {
     let mut json = false;
     let mut data_dir = PathBuf::from(DEFAULT_DATA_DIR);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.to_str() {
-            Some("--json") => json = true,
-            Some("--data-dir") => match it.next() {
-                Some(d) => data_dir = d.into(),
-                None => return super::usage("list", "--data-dir needs a directory"),
-            },
-            _ => {
-                return super::usage(
-                    "list",
-                    &format!(
-                        "unknown argument {a:?}; usage: rdma-ns list [--json] [--data-dir DIR]"
-                    ),
-                )
+    let mut flags = Flags::new(args);
+    loop {
+        let read = match flags.next() {
+            Ok(Next::End) => break,
+            Ok(Next::Help) => return super::help(USAGE),
+            Ok(Next::Flag("--json")) => {
+                json = true;
+                Ok(())
             }
+            Ok(Next::Flag("--data-dir")) => flags.value().map(|d| data_dir = d.into()),
+            Ok(Next::Flag(_)) => Err(flags.unknown()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = read {
+            return super::refuse("list", &e, USAGE, 2);
         }
     }
     let (entries, unreadable) = operations::list(&Store::new(&data_dir));

@@ -5,6 +5,7 @@
 pub mod doctor;
 pub mod env;
 pub mod exporter;
+pub mod flags;
 pub mod list;
 pub mod migrate;
 pub mod reconcile;
@@ -26,10 +27,17 @@ pub fn version_line() -> String {
     )
 }
 
-/// A usage error of `subcommand`: the message on stderr, exit status 2.
-pub fn usage(subcommand: &str, msg: &str) -> ExitCode {
-    eprintln!("rdma-ns {subcommand}: {msg}");
-    ExitCode::from(2)
+/// A usage error of `subcommand`: what was wrong and the usage on stderr, nothing on stdout,
+/// and `status` (2, except where a subcommand gives its own codes another meaning).
+pub fn refuse(subcommand: &str, err: &flags::UsageError, usage: &str, status: u8) -> ExitCode {
+    eprintln!("rdma-ns {subcommand}: {err}\n{usage}");
+    ExitCode::from(status)
+}
+
+/// `--help`: the usage on stdout, status 0.
+pub fn help(usage: &str) -> ExitCode {
+    println!("{usage}");
+    ExitCode::SUCCESS
 }
 
 /// Runs the subcommand named by `args[0]`, or returns None when it names none (the caller then

@@ -5,42 +5,34 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
+use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
 use rdma_ns::attach::state::{Store, DEFAULT_DATA_DIR};
 use rdma_ns::cni::Plugin;
+
+const USAGE: &str = "usage: rdma-ns reconcile [--dry-run] [--interval SECONDS] [--data-dir DIR]";
 
 pub fn run(args: &[OsString]) -> ExitCode {
     let mut dry_run = false;
     let mut interval = None;
     let mut data_dir = PathBuf::from(DEFAULT_DATA_DIR);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.to_str() {
-            Some("--dry-run") => dry_run = true,
-            Some("--interval") => match it.next().and_then(|v| v.to_str()?.parse::<u64>().ok()) {
-                Some(s) if s > 0 => interval = Some(Duration::from_secs(s)),
-                _ => {
-                    return super::usage(
-                        "reconcile",
-                        "--interval needs a number of seconds above 0",
-                    )
-                }
-            },
-            Some("--data-dir") => match it.next() {
-                Some(d) => data_dir = d.into(),
-                None => return super::usage("reconcile", "--data-dir needs a directory"),
-            },
-            _ => {
-                return super::usage(
-                    "reconcile",
-                    &format!(
-                        "unknown argument {a:?}; usage: rdma-ns reconcile [--dry-run] \
-                         [--interval SECONDS] [--data-dir DIR]"
-                    ),
-                )
+    let mut flags = Flags::new(args);
+    loop {
+        let read = match flags.next() {
+            Ok(Next::End) => break,
+            Ok(Next::Help) => return super::help(USAGE),
+            Ok(Next::Flag("--dry-run")) => {
+                dry_run = true;
+                Ok(())
             }
+            Ok(Next::Flag("--interval")) => flags.seconds().map(|s| interval = Some(s)),
+            Ok(Next::Flag("--data-dir")) => flags.value().map(|d| data_dir = d.into()),
+            Ok(Next::Flag(_)) => Err(flags.unknown()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = read {
+            return super::refuse("reconcile", &e, USAGE, 2);
         }
     }
     match interval {
