@@ -3,10 +3,9 @@
 //! the exporter scraped over 127.0.0.1 and stopped by SIGTERM. Run as root (CI does): it
 //! mknods the fixture's char devices in a temp dir. Every wait is bounded.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -14,6 +13,9 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use nix::unistd::Pid;
 use rdma_ns::kernel::topology::fixtures::SysfsFixture;
 use rdma_ns::kernel::topology::RdmaSysfs;
+
+mod exporter_support;
+use exporter_support::{wait_exit, Exporter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
 
@@ -172,21 +174,6 @@ fn doctor_nfd_writes_the_feature_file() {
     );
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("did not exit within {within:?} of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn doctor_nfd_every_refreshes_until_sigterm() {
     let node = FixtureNode::new("every");
@@ -226,40 +213,6 @@ fn doctor_nfd_every_refreshes_until_sigterm() {
     );
 }
 
-fn scrape(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// Starts the exporter on an ephemeral loopback port; returns it and its address.
-fn exporter(sysfs: &Path, data: &Path) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["exporter", "--listen", "127.0.0.1:0"])
-        .args(["--sysfs", &sysfs.display().to_string()])
-        .args(["--data-dir", &data.display().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("rdma-ns exporter: serving http://")
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_string();
-    (child, addr)
-}
-
 #[test]
 fn exporter_serves_and_stops_cleanly_on_sigterm() {
     let node = FixtureNode::new("exporter");
@@ -267,18 +220,23 @@ fn exporter_serves_and_stops_cleanly_on_sigterm() {
     node.fx
         .write_attr(format!("{port}/counters/port_rcv_data"), "25")
         .unwrap();
-    let (mut child, addr) = exporter(node.fx.path(), &node.dir.join("data"));
-    let resp = scrape(&addr);
+    let exporter = Exporter::start(
+        BIN,
+        &[
+            "--sysfs".as_ref(),
+            node.fx.path().as_os_str(),
+            "--data-dir".as_ref(),
+            node.dir.join("data").as_os_str(),
+        ],
+    );
+    let addr = exporter.addr().to_string();
+    let resp = exporter.get(Duration::from_secs(10));
     assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
     assert!(
         resp.contains("rdma_port_receive_bytes_total{device=\"mlx5_0\",port=\"1\"} 100\n"),
         "{resp}"
     );
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    assert_eq!(
-        wait_exit(&mut child, Duration::from_secs(5)).code(),
-        Some(0)
-    );
+    assert_eq!(exporter.stop(Duration::from_secs(5)).code(), Some(0));
     assert!(
         TcpStream::connect(&addr).is_err(),
         "the port is closed after exit"

@@ -5,14 +5,14 @@
 //! in the initial netns, with the counters growing. VM only (`tests/vm/run.sh node-doctor
 //! node-exclusive node-exporter`); time nothing here (TCG).
 
+mod exporter_support;
 mod vm_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use exporter_support::Exporter;
 use serde_json::Value;
 use vm_support::{rdma_ns_bin, read, require_vm, run};
 
@@ -284,24 +284,7 @@ fn vm_doctor_in_exclusive_mode_names_the_networks_that_need_shared() {
     );
 }
 
-fn scrape(addr: &str) -> std::collections::BTreeMap<String, f64> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: vm\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
+/// A child killed and reaped when the test ends, passing or not.
 struct Reap(Child);
 
 impl Drop for Reap {
@@ -315,26 +298,11 @@ impl Drop for Reap {
 fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
     require_vm();
     let _g = serial();
-    let mut exporter = Command::new(rdma_ns_bin())
-        .args(["exporter", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(scratch().join("data"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(exporter.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let exporter = Reap(exporter);
-    let addr = line
-        .trim()
-        .strip_prefix("rdma-ns exporter: serving http://")
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_string();
-    let before = scrape(&addr);
+    let data = scratch().join("data");
+    let exporter = Exporter::start(rdma_ns_bin(), &["--data-dir".as_ref(), data.as_os_str()]);
+    // TCG is slow: a scrape may take seconds.
+    let scrape = || exporter.series(Duration::from_secs(30));
+    let before = scrape();
     let sent = r#"rdma_port_hw_counter_total{device="rxe0",port="1",counter="sent_pkts"}"#;
     let rcvd = r#"rdma_port_hw_counter_total{device="rxe0",port="1",counter="rcvd_pkts"}"#;
     assert!(before.contains_key(sent), "{before:#?}");
@@ -373,7 +341,7 @@ fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
         }
     }
     let client = client.expect("the server listened within 10 s");
-    let mid = scrape(&addr);
+    let mid = scrape();
     drop(server);
     assert!(
         client.status.success(),
@@ -399,22 +367,5 @@ fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
         }
     }
     // The exporter stops on SIGTERM.
-    let mut exporter = exporter;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(exporter.0.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = exporter.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "exporter still running after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(exporter.stop(Duration::from_secs(20)).code(), Some(0));
 }
