@@ -1,12 +1,17 @@
-//! A fake kernel and a fake IPAM for unit tests of the attachment steps.
+//! A fake host for unit tests of the attachment steps: one [`FakeState`] behind two seams,
+//! [`FakeKernel`] (`NetOps`) and [`FakeRdma`] (`RdmaOps`), plus a fake IPAM.
 //!
-//! The fake keeps links per namespace and mimics the kernel behaviour the steps depend on: a
-//! netns move keeps the ifindex, flushes addresses and sets the link down; a name (or altname)
-//! already used in the target netns gives EEXIST. Every call is logged, and any call whose log
-//! line contains a configured substring fails with a configured errno.
+//! The fake keeps links and ib devices per namespace and mimics the kernel behaviour the steps
+//! depend on: a netns move keeps the ifindex, flushes addresses and sets the link down; a name
+//! (or altname) already used in the target netns gives EEXIST; an IPoIB netdev is re-created in
+//! the target netns when its ib device moves. Every call of either seam is recorded as a typed
+//! [`Call`] in one sequence, so a test can check the order of netdev and ib device operations,
+//! and any call matching a predicate given to [`FakeKernel::fail_when`] fails with its errno.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
 use std::sync::Mutex;
 
 use ipnetwork::IpNetwork;
@@ -15,69 +20,314 @@ use crate::attach::IpamOps;
 use crate::cni::result::CniResult;
 use crate::cni::Request;
 use crate::error::{Error, Result};
+use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::{KResult, KernelError, Link, LinkChange, NetOps, NewLink, Ns, RouteSpec};
 
-pub fn ns_key(ns: Ns<'_>) -> String {
-    match ns {
-        Ns::Host => "host".into(),
-        Ns::Pod(n) => n.path().display().to_string(),
+/// Any real netns file works as the pod for the fake: only its path is used, as a key.
+pub const POD: &str = "/proc/self/ns/net";
+
+/// IB_PORT_ACTIVE, what a healthy port reports.
+const PORT_ACTIVE: u8 = 4;
+
+/// A namespace as the fake tells them apart: the host, or a pod by its netns path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NsKey {
+    Host,
+    Pod(String),
+}
+
+impl NsKey {
+    pub fn of(ns: Ns<'_>) -> NsKey {
+        match ns {
+            Ns::Host => NsKey::Host,
+            Ns::Pod(n) => NsKey::Pod(n.path().display().to_string()),
+        }
+    }
+
+    /// The tests' pod, [`POD`].
+    pub fn pod() -> NsKey {
+        NsKey::Pod(POD.to_string())
     }
 }
 
-#[derive(Default)]
+impl fmt::Display for NsKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NsKey::Host => write!(f, "host"),
+            NsKey::Pod(path) => write!(f, "{path}"),
+        }
+    }
+}
+
+/// One call into the fake host, through either seam. `ns` is the namespace the request was
+/// sent in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    LinkByName {
+        ns: NsKey,
+        name: String,
+    },
+    LinkByIndex {
+        ns: NsKey,
+        index: u32,
+    },
+    Links {
+        ns: NsKey,
+    },
+    /// The parts of one [`LinkChange`] request.
+    SetLink {
+        ns: NsKey,
+        index: u32,
+        netns: Option<NsKey>,
+        name: Option<String>,
+        mtu: Option<u32>,
+        up: Option<bool>,
+    },
+    DelAltname {
+        ns: NsKey,
+        index: u32,
+        altname: String,
+    },
+    Addresses {
+        ns: NsKey,
+        index: u32,
+    },
+    AddAddress {
+        ns: NsKey,
+        index: u32,
+        addr: IpNetwork,
+    },
+    DelAddress {
+        ns: NsKey,
+        index: u32,
+        addr: IpNetwork,
+    },
+    AddRoute {
+        ns: NsKey,
+        dst: IpNetwork,
+    },
+    DelRoute {
+        ns: NsKey,
+        dst: IpNetwork,
+    },
+    /// `target` is where the child is created; None keeps it beside its parent.
+    CreateLink {
+        ns: NsKey,
+        name: String,
+        parent: u32,
+        target: Option<NsKey>,
+    },
+    DeleteLink {
+        ns: NsKey,
+        index: u32,
+    },
+    NetnsMode,
+    IbDeviceIndex {
+        ns: NsKey,
+        name: String,
+    },
+    MoveIb {
+        ns: NsKey,
+        index: u32,
+        target: NsKey,
+    },
+    IbPortState {
+        ns: NsKey,
+        index: u32,
+        port: u32,
+    },
+}
+
+impl Call {
+    /// A call through the RDMA seam rather than the netdev one.
+    pub fn is_rdma(&self) -> bool {
+        matches!(
+            self,
+            Call::NetnsMode
+                | Call::IbDeviceIndex { .. }
+                | Call::MoveIb { .. }
+                | Call::IbPortState { .. }
+        )
+    }
+}
+
+/// For error texts and assertion messages; tests match on the variants, never on this text.
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Call::LinkByName { ns, name } => write!(f, "link_by_name {ns} {name}"),
+            Call::LinkByIndex { ns, index } => write!(f, "link_by_index {ns} {index}"),
+            Call::Links { ns } => write!(f, "links {ns}"),
+            Call::SetLink {
+                ns,
+                index,
+                netns,
+                name,
+                mtu,
+                up,
+            } => {
+                write!(f, "set_link {ns} {index}")?;
+                if let Some(n) = netns {
+                    write!(f, " netns={n}")?;
+                }
+                if let Some(n) = name {
+                    write!(f, " name={n}")?;
+                }
+                if let Some(m) = mtu {
+                    write!(f, " mtu={m}")?;
+                }
+                if let Some(u) = up {
+                    write!(f, " up={u}")?;
+                }
+                Ok(())
+            }
+            Call::DelAltname { ns, index, altname } => {
+                write!(f, "del_altname {ns} {index} {altname}")
+            }
+            Call::Addresses { ns, index } => write!(f, "addresses {ns} {index}"),
+            Call::AddAddress { ns, index, addr } => write!(f, "add_address {ns} {index} {addr}"),
+            Call::DelAddress { ns, index, addr } => write!(f, "del_address {ns} {index} {addr}"),
+            Call::AddRoute { ns, dst } => write!(f, "add_route {ns} {dst}"),
+            Call::DelRoute { ns, dst } => write!(f, "del_route {ns} {dst}"),
+            Call::CreateLink {
+                ns,
+                name,
+                parent,
+                target,
+            } => {
+                write!(f, "create_link {ns} {name} parent={parent}")?;
+                if let Some(t) = target {
+                    write!(f, " netns={t}")?;
+                }
+                Ok(())
+            }
+            Call::DeleteLink { ns, index } => write!(f, "delete_link {ns} {index}"),
+            Call::NetnsMode => write!(f, "netns_mode"),
+            Call::IbDeviceIndex { ns, name } => write!(f, "ib_device_index {ns} {name}"),
+            Call::MoveIb { ns, index, target } => write!(f, "move_ib {ns} {index} -> {target}"),
+            Call::IbPortState { ns, index, port } => {
+                write!(f, "ib_port_state {ns} {index} port {port}")
+            }
+        }
+    }
+}
+
+type CallPredicate = Box<dyn Fn(&Call) -> bool>;
+
+/// The fake host: netdevs, addresses, routes and ib devices per namespace, the RDMA subsystem's
+/// settings, and the one sequence of calls made through either seam.
 pub struct FakeState {
-    /// (namespace key, link)
-    pub links: Vec<(String, Link)>,
+    pub links: Vec<(NsKey, Link)>,
     pub addrs: HashMap<u32, Vec<IpNetwork>>,
-    pub routes: Vec<(String, RouteSpec)>,
-    pub calls: Vec<String>,
-    pub fail: Vec<(String, i32)>,
-    /// set_link calls matching this apply the netns move and MTU, then fail the rename with
-    /// EEXIST, as the kernel does when the new name is taken in the target netns.
-    pub partial_rename_failure: Option<String>,
+    pub routes: Vec<(NsKey, RouteSpec)>,
+    /// (namespace, ib device name, index)
+    pub ib_devices: Vec<(NsKey, String, u32)>,
+    /// None: the kernel has no RDMA netns support to ask.
+    pub netns_mode: Option<NetnsMode>,
+    pub port_state: u8,
+    /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
+    /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
+    pub ipoib_gid: Option<Vec<u8>>,
+    pub calls: Vec<Call>,
+    fail: Vec<(CallPredicate, i32)>,
+    partial_rename_failure: Option<CallPredicate>,
 }
 
-#[derive(Default)]
-pub struct FakeKernel {
-    /// Shared with a [`FakeRdma`] that re-creates IPoIB netdevs when their ib device moves: one
-    /// fake host, two seams.
-    pub state: std::rc::Rc<RefCell<FakeState>>,
+impl Default for FakeState {
+    fn default() -> Self {
+        FakeState {
+            links: Vec::new(),
+            addrs: HashMap::new(),
+            routes: Vec::new(),
+            ib_devices: Vec::new(),
+            netns_mode: Some(NetnsMode::Shared),
+            port_state: PORT_ACTIVE,
+            ipoib_gid: None,
+            calls: Vec::new(),
+            fail: Vec::new(),
+            partial_rename_failure: None,
+        }
+    }
 }
 
-impl FakeKernel {
-    pub fn with_host_links(links: Vec<Link>) -> FakeKernel {
-        let k = FakeKernel::default();
-        k.state.borrow_mut().links = links.into_iter().map(|l| ("host".to_string(), l)).collect();
-        k
+impl FakeState {
+    /// Logs `call`, then fails it if a configured predicate matches it.
+    fn record(&mut self, call: Call, ns: Ns<'_>, target: &str) -> KResult<()> {
+        let errno = self
+            .fail
+            .iter()
+            .find(|(matches, _)| matches(&call))
+            .map(|(_, errno)| *errno);
+        let op = call.to_string();
+        self.calls.push(call);
+        match errno {
+            Some(errno) => Err(KernelError::new(op, target, ns, errno)),
+            None => Ok(()),
+        }
+    }
+
+    fn name_taken(&self, ns: &NsKey, name: &str, except: u32) -> bool {
+        self.links.iter().any(|(k, l)| {
+            k == ns && l.index != except && (l.name == name || l.altnames.iter().any(|a| a == name))
+        })
     }
 
     /// The part of a combined change the kernel applies before a failed rename: the link is in
     /// `target` under its old name, down, with the new MTU and no addresses.
-    fn move_keeping_name(st: &mut FakeState, pos: usize, target: String, mtu: Option<u32>) {
-        let index = st.links[pos].1.index;
-        let entry = &mut st.links[pos];
+    fn move_keeping_name(&mut self, pos: usize, target: NsKey, mtu: Option<u32>) {
+        let index = self.links[pos].1.index;
+        let entry = &mut self.links[pos];
         entry.0 = target;
         entry.1.up = false;
         if let Some(m) = mtu {
             entry.1.mtu = m;
         }
-        st.addrs.remove(&index);
+        self.addrs.remove(&index);
+    }
+}
+
+/// The netdev seam of the fake host.
+#[derive(Default)]
+pub struct FakeKernel {
+    pub state: Rc<RefCell<FakeState>>,
+}
+
+impl FakeKernel {
+    pub fn with_host_links(links: Vec<Link>) -> FakeKernel {
+        let k = FakeKernel::default();
+        k.state.borrow_mut().links = links.into_iter().map(|l| (NsKey::Host, l)).collect();
+        k
     }
 
-    /// Every call whose log line contains `pattern` fails with `errno`.
-    pub fn fail_on(&self, pattern: &str, errno: nix::errno::Errno) {
+    /// The RDMA seam of the same host.
+    pub fn rdma(&self) -> FakeRdma {
+        FakeRdma {
+            state: Rc::clone(&self.state),
+        }
+    }
+
+    /// Every call, through either seam, for which `matches` holds fails with `errno`.
+    pub fn fail_when(&self, matches: impl Fn(&Call) -> bool + 'static, errno: nix::errno::Errno) {
         self.state
             .borrow_mut()
             .fail
-            .push((pattern.to_string(), errno as i32));
+            .push((Box::new(matches), errno as i32));
     }
 
-    pub fn calls(&self) -> Vec<String> {
+    /// `set_link` calls for which `matches` holds apply the netns move and MTU, then fail the
+    /// rename with EEXIST, as the kernel does when the new name is taken in the target netns.
+    pub fn fail_rename_after_move_when(&self, matches: impl Fn(&Call) -> bool + 'static) {
+        self.state.borrow_mut().partial_rename_failure = Some(Box::new(matches));
+    }
+
+    /// Every call so far, through either seam, in order.
+    pub fn calls(&self) -> Vec<Call> {
         self.state.borrow().calls.clone()
     }
 
-    /// (namespace key, link) for the link with this hwaddr, wherever it is.
-    pub fn locate(&self, hwaddr: &[u8]) -> Option<(String, Link)> {
+    /// (namespace, link) for the link with this hwaddr, wherever it is.
+    pub fn locate(&self, hwaddr: &[u8]) -> Option<(NsKey, Link)> {
         self.state
             .borrow()
             .links
@@ -95,26 +345,22 @@ impl FakeKernel {
             .unwrap_or_default()
     }
 
-    fn record(&self, line: String, ns: Ns<'_>, target: &str) -> KResult<()> {
-        let mut st = self.state.borrow_mut();
-        st.calls.push(line.clone());
-        if let Some((_, errno)) = st.fail.iter().find(|(p, _)| line.contains(p.as_str())) {
-            return Err(KernelError::new(line, target, ns, *errno));
-        }
-        Ok(())
-    }
-
-    fn name_taken(st: &FakeState, ns: &str, name: &str, except: u32) -> bool {
-        st.links.iter().any(|(k, l)| {
-            k == ns && l.index != except && (l.name == name || l.altnames.iter().any(|a| a == name))
-        })
+    fn record(&self, call: Call, ns: Ns<'_>, target: &str) -> KResult<()> {
+        self.state.borrow_mut().record(call, ns, target)
     }
 }
 
 impl NetOps for FakeKernel {
     fn link_by_name(&self, ns: Ns<'_>, name: &str) -> KResult<Option<Link>> {
-        self.record(format!("link_by_name {} {name}", ns_key(ns)), ns, name)?;
-        let key = ns_key(ns);
+        let key = NsKey::of(ns);
+        self.record(
+            Call::LinkByName {
+                ns: key.clone(),
+                name: name.to_string(),
+            },
+            ns,
+            name,
+        )?;
         Ok(self.state.borrow().links.iter().find_map(|(k, l)| {
             (k == &key && (l.name == name || l.altnames.iter().any(|a| a == name)))
                 .then(|| l.clone())
@@ -122,8 +368,15 @@ impl NetOps for FakeKernel {
     }
 
     fn link_by_index(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Link>> {
-        self.record(format!("link_by_index {} {index}", ns_key(ns)), ns, "")?;
-        let key = ns_key(ns);
+        let key = NsKey::of(ns);
+        self.record(
+            Call::LinkByIndex {
+                ns: key.clone(),
+                index,
+            },
+            ns,
+            "",
+        )?;
         Ok(self
             .state
             .borrow()
@@ -133,8 +386,8 @@ impl NetOps for FakeKernel {
     }
 
     fn links(&self, ns: Ns<'_>) -> KResult<Vec<Link>> {
-        self.record(format!("links {}", ns_key(ns)), ns, "")?;
-        let key = ns_key(ns);
+        let key = NsKey::of(ns);
+        self.record(Call::Links { ns: key.clone() }, ns, "")?;
         Ok(self
             .state
             .borrow()
@@ -146,42 +399,38 @@ impl NetOps for FakeKernel {
     }
 
     fn set_link(&self, ns: Ns<'_>, index: u32, c: &LinkChange<'_>) -> KResult<()> {
-        let line = format!(
-            "set_link {} {index}{}{}{}{}",
-            ns_key(ns),
-            c.netns
-                .map(|n| format!(" netns={}", ns_key(n)))
-                .unwrap_or_default(),
-            c.name
-                .as_ref()
-                .map(|n| format!(" name={n}"))
-                .unwrap_or_default(),
-            c.mtu.map(|m| format!(" mtu={m}")).unwrap_or_default(),
-            c.up.map(|u| format!(" up={u}")).unwrap_or_default(),
-        );
-        self.record(line.clone(), ns, "")?;
-        let key = ns_key(ns);
+        let key = NsKey::of(ns);
+        let target_ns = c.netns.map(NsKey::of).unwrap_or_else(|| key.clone());
+        let call = Call::SetLink {
+            ns: key.clone(),
+            index,
+            netns: c.netns.map(NsKey::of),
+            name: c.name.clone(),
+            mtu: c.mtu,
+            up: c.up,
+        };
+        let op = call.to_string();
         let mut st = self.state.borrow_mut();
-        let target_ns = c.netns.map(ns_key).unwrap_or_else(|| key.clone());
+        let partial = st
+            .partial_rename_failure
+            .as_ref()
+            .is_some_and(|matches| matches(&call));
+        st.record(call, ns, "")?;
         let pos = st
             .links
             .iter()
             .position(|(k, l)| k == &key && l.index == index)
-            .ok_or_else(|| KernelError::new(line.clone(), "", ns, nix::libc::ENODEV))?;
-        if st
-            .partial_rename_failure
-            .as_ref()
-            .is_some_and(|p| line.contains(p.as_str()))
-        {
-            Self::move_keeping_name(&mut st, pos, target_ns, c.mtu);
-            return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
+            .ok_or_else(|| KernelError::new(op.clone(), "", ns, nix::libc::ENODEV))?;
+        if partial {
+            st.move_keeping_name(pos, target_ns, c.mtu);
+            return Err(KernelError::new(op, "", ns, nix::libc::EEXIST));
         }
         let new_name = c
             .name
             .clone()
             .unwrap_or_else(|| st.links[pos].1.name.clone());
         let moving = target_ns != key;
-        let clash = Self::name_taken(&st, &target_ns, &new_name, index)
+        let clash = st.name_taken(&target_ns, &new_name, index)
             || st.links[pos]
                 .1
                 .altnames
@@ -192,10 +441,10 @@ impl NetOps for FakeKernel {
             // The kernel moves first, under the current name when that is free in the target,
             // then fails the rename: the link ends up moved, down, flushed, with its old name.
             let old_name = st.links[pos].1.name.clone();
-            if moving && !Self::name_taken(&st, &target_ns, &old_name, index) {
-                Self::move_keeping_name(&mut st, pos, target_ns, c.mtu);
+            if moving && !st.name_taken(&target_ns, &old_name, index) {
+                st.move_keeping_name(pos, target_ns, c.mtu);
             }
-            return Err(KernelError::new(line, "", ns, nix::libc::EEXIST));
+            return Err(KernelError::new(op, "", ns, nix::libc::EEXIST));
         }
         let entry = &mut st.links[pos];
         entry.0 = target_ns;
@@ -216,12 +465,16 @@ impl NetOps for FakeKernel {
     }
 
     fn del_altname(&self, ns: Ns<'_>, index: u32, altname: &str) -> KResult<()> {
+        let key = NsKey::of(ns);
         self.record(
-            format!("del_altname {} {index} {altname}", ns_key(ns)),
+            Call::DelAltname {
+                ns: key.clone(),
+                index,
+                altname: altname.to_string(),
+            },
             ns,
             "",
         )?;
-        let key = ns_key(ns);
         let mut st = self.state.borrow_mut();
         for (k, l) in st.links.iter_mut() {
             if k == &key && l.index == index {
@@ -232,13 +485,25 @@ impl NetOps for FakeKernel {
     }
 
     fn addresses(&self, ns: Ns<'_>, index: u32) -> KResult<Vec<IpNetwork>> {
-        self.record(format!("addresses {} {index}", ns_key(ns)), ns, "")?;
+        self.record(
+            Call::Addresses {
+                ns: NsKey::of(ns),
+                index,
+            },
+            ns,
+            "",
+        )?;
         Ok(self.addrs_of(index))
     }
 
     fn add_address(&self, ns: Ns<'_>, index: u32, addr: IpNetwork) -> KResult<()> {
-        self.record(format!("add_address {} {index} {addr}", ns_key(ns)), ns, "")?;
+        let call = Call::AddAddress {
+            ns: NsKey::of(ns),
+            index,
+            addr,
+        };
         let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
         let list = st.addrs.entry(index).or_default();
         if list.contains(&addr) {
             return Err(KernelError::new("add_address", "", ns, nix::libc::EEXIST));
@@ -248,46 +513,63 @@ impl NetOps for FakeKernel {
     }
 
     fn del_address(&self, ns: Ns<'_>, index: u32, addr: IpNetwork) -> KResult<()> {
-        self.record(format!("del_address {} {index} {addr}", ns_key(ns)), ns, "")?;
-        if let Some(list) = self.state.borrow_mut().addrs.get_mut(&index) {
+        let call = Call::DelAddress {
+            ns: NsKey::of(ns),
+            index,
+            addr,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        if let Some(list) = st.addrs.get_mut(&index) {
             list.retain(|a| *a != addr);
         }
         Ok(())
     }
 
     fn add_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
-        self.record(format!("add_route {} {}", ns_key(ns), route.dst), ns, "")?;
-        self.state
-            .borrow_mut()
-            .routes
-            .push((ns_key(ns), route.clone()));
+        let key = NsKey::of(ns);
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::AddRoute {
+                ns: key.clone(),
+                dst: route.dst,
+            },
+            ns,
+            "",
+        )?;
+        st.routes.push((key, route.clone()));
         Ok(())
     }
 
     fn del_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
-        self.record(format!("del_route {} {}", ns_key(ns), route.dst), ns, "")?;
-        let key = ns_key(ns);
-        self.state
-            .borrow_mut()
-            .routes
-            .retain(|(k, r)| !(k == &key && r == route));
+        let key = NsKey::of(ns);
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::DelRoute {
+                ns: key.clone(),
+                dst: route.dst,
+            },
+            ns,
+            "",
+        )?;
+        st.routes.retain(|(k, r)| !(k == &key && r == route));
         Ok(())
     }
 
     fn create_link(&self, ns: Ns<'_>, spec: &NewLink<'_>) -> KResult<()> {
-        self.record(
-            format!(
-                "create_link {} {} parent={}",
-                ns_key(ns),
-                spec.name,
-                spec.parent_index
-            ),
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::CreateLink {
+                ns: NsKey::of(ns),
+                name: spec.name.clone(),
+                parent: spec.parent_index,
+                target: spec.target_netns.map(NsKey::of),
+            },
             ns,
             &spec.name,
         )?;
-        let target = spec.target_netns.map(ns_key).unwrap_or_else(|| ns_key(ns));
-        let mut st = self.state.borrow_mut();
-        if Self::name_taken(&st, &target, &spec.name, 0) {
+        let target = NsKey::of(spec.target_netns.unwrap_or(ns));
+        if st.name_taken(&target, &spec.name, 0) {
             return Err(KernelError::new(
                 "create_link",
                 &spec.name,
@@ -327,9 +609,16 @@ impl NetOps for FakeKernel {
     }
 
     fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
-        self.record(format!("delete_link {} {index}", ns_key(ns)), ns, "")?;
-        let key = ns_key(ns);
+        let key = NsKey::of(ns);
         let mut st = self.state.borrow_mut();
+        st.record(
+            Call::DeleteLink {
+                ns: key.clone(),
+                index,
+            },
+            ns,
+            "",
+        )?;
         let before = st.links.len();
         st.links.retain(|(k, l)| !(k == &key && l.index == index));
         if st.links.len() == before {
@@ -387,90 +676,83 @@ impl IpamOps for FakeIpam {
     }
 }
 
-/// A fake RDMA subsystem: ib devices per namespace, and optionally the kernel's re-creation of
-/// an IPoIB netdev in the target netns when its ib device moves.
+/// The RDMA seam of the fake host (see [`FakeKernel::rdma`]).
 pub struct FakeRdma {
-    pub mode: Option<crate::kernel::nldev::NetnsMode>,
-    /// (namespace key, ib device name, index)
-    pub devices: RefCell<Vec<(String, String, u32)>>,
-    pub refuse: Option<nix::errno::Errno>,
-    pub port_state: u8,
-    pub calls: RefCell<Vec<String>>,
-    /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
-    /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
-    pub ipoib: Option<(std::rc::Rc<RefCell<FakeState>>, Vec<u8>)>,
-    /// When set, ib device moves are also logged into the fake kernel's call log, so a test can
-    /// compare the order of netdev and ib device operations (one host, one sequence).
-    pub log_to: Option<std::rc::Rc<RefCell<FakeState>>>,
+    pub state: Rc<RefCell<FakeState>>,
 }
 
 impl FakeRdma {
-    pub fn new(mode: Option<crate::kernel::nldev::NetnsMode>, devices: &[(&str, u32)]) -> Self {
-        FakeRdma {
-            mode,
-            devices: RefCell::new(
-                devices
-                    .iter()
-                    .map(|(n, i)| ("host".to_string(), n.to_string(), *i))
-                    .collect(),
-            ),
-            refuse: None,
-            port_state: 4,
-            calls: RefCell::new(Vec::new()),
-            ipoib: None,
-            log_to: None,
-        }
+    /// Sets the RDMA subsystem's netns mode (None: the kernel cannot be asked) and puts these
+    /// (name, index) ib devices in the host.
+    pub fn configure(&self, mode: Option<NetnsMode>, devices: &[(&str, u32)]) {
+        let mut st = self.state.borrow_mut();
+        st.netns_mode = mode;
+        st.ib_devices = devices
+            .iter()
+            .map(|(name, index)| (NsKey::Host, name.to_string(), *index))
+            .collect();
     }
 
-    pub fn location(&self, name: &str) -> Option<String> {
-        self.devices
+    /// Where the ib device called `name` is now.
+    pub fn location(&self, name: &str) -> Option<NsKey> {
+        self.state
             .borrow()
+            .ib_devices
             .iter()
             .find(|(_, n, _)| n == name)
             .map(|(k, _, _)| k.clone())
     }
 }
 
-impl crate::kernel::rdma_ops::RdmaOps for FakeRdma {
-    fn netns_mode(&self) -> KResult<Option<crate::kernel::nldev::NetnsMode>> {
-        self.calls.borrow_mut().push("netns_mode".into());
-        Ok(self.mode)
+impl RdmaOps for FakeRdma {
+    fn netns_mode(&self) -> KResult<Option<NetnsMode>> {
+        let mut st = self.state.borrow_mut();
+        st.record(Call::NetnsMode, Ns::Host, "rdma")?;
+        Ok(st.netns_mode)
     }
 
     fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>> {
-        let key = ns_key(ns);
-        Ok(self
-            .devices
-            .borrow()
+        let key = NsKey::of(ns);
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::IbDeviceIndex {
+                ns: key.clone(),
+                name: name.to_string(),
+            },
+            ns,
+            name,
+        )?;
+        Ok(st
+            .ib_devices
             .iter()
             .find(|(k, n, _)| *k == key && n == name)
             .map(|(_, _, i)| *i))
     }
 
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
-        let line = format!("move_ib {} {index} -> {}", ns_key(ns), ns_key(target));
-        self.calls.borrow_mut().push(line.clone());
-        if let Some(host) = &self.log_to {
-            host.borrow_mut().calls.push(line.clone());
-        }
-        if let Some(errno) = self.refuse {
-            return Err(KernelError::new(line, "ib", ns, errno as i32));
-        }
-        let key = ns_key(ns);
-        let mut devs = self.devices.borrow_mut();
-        let dev = devs
+        let key = NsKey::of(ns);
+        let target = NsKey::of(target);
+        let call = Call::MoveIb {
+            ns: key.clone(),
+            index,
+            target: target.clone(),
+        };
+        let op = call.to_string();
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "ib")?;
+        let dev = st
+            .ib_devices
             .iter_mut()
             .find(|(k, _, i)| *k == key && *i == index)
-            .ok_or_else(|| KernelError::new(line.clone(), "ib", ns, nix::libc::ENODEV))?;
-        dev.0 = ns_key(target);
-        if let Some((host, gid_addr)) = &self.ipoib {
-            let mut st = host.borrow_mut();
+            .ok_or_else(|| KernelError::new(op, "ib", ns, nix::libc::ENODEV))?;
+        dev.0 = target.clone();
+        if let Some(gid) = st.ipoib_gid.clone() {
             if let Some((k, l)) = st
                 .links
                 .iter_mut()
-                .find(|(_, l)| l.hwaddr.len() == 20 && l.hwaddr[4..] == gid_addr[4..])
+                .find(|(_, l)| l.hwaddr.len() == 20 && l.hwaddr[4..] == gid[4..])
             {
-                *k = ns_key(target);
+                *k = target;
                 l.name = format!("ib{}", l.index);
                 l.hwaddr[1] = l.hwaddr[1].wrapping_add(1);
                 l.up = false;
@@ -479,7 +761,17 @@ impl crate::kernel::rdma_ops::RdmaOps for FakeRdma {
         Ok(())
     }
 
-    fn port_state(&self, _ns: Ns<'_>, _index: u32, _port: u32) -> KResult<Option<u8>> {
-        Ok(Some(self.port_state))
+    fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::IbPortState {
+                ns: NsKey::of(ns),
+                index,
+                port,
+            },
+            ns,
+            "ib",
+        )?;
+        Ok(Some(st.port_state))
     }
 }

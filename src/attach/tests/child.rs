@@ -1,20 +1,17 @@
 //! Unit tests of the child-interface modes: MTU and mode decisions, one-request creation in the
 //! pod, rollback, and DEL wherever the kernel left the child.
 
-use std::ffi::OsString;
-
 use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
-use crate::attach::modes::child::{self, plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
-use crate::attach::state::Store;
-use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
-use crate::attach::Ctx;
-use crate::cni::env::RawEnv;
-use crate::cni::{Command, NetConf, Request};
-use crate::kernel::sysfs::SysRoot;
+use crate::attach::modes::child::{plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
+use crate::attach::testkit::{Call, NsKey, POD};
+use crate::attach::tests::kill_points;
+use crate::attach::tests::kit::{fail_after, TestHost, World};
+use crate::cni::result::{CniResult, IpConfig};
+use crate::cni::{Command, NetConf};
+use crate::kernel::nldev::NetnsMode;
+use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::kernel::{Link, LinkKind};
 use crate::testutil::TempDir;
-
-const POD: &str = "/proc/self/ns/net";
 
 fn ib_parent(byte0: u8, mtu: u32, up: bool) -> Link {
     let mut hwaddr = vec![0u8; 20];
@@ -179,133 +176,81 @@ fn macvlan_needs_an_ethernet_parent_and_an_mtu_not_above_it() {
     assert!(e.to_string().contains("ipoib"), "{e}");
 }
 
-struct World {
-    _tmp: TempDir,
-    kernel: FakeKernel,
-    ipam: FakeIpam,
-    rdma: FakeRdma,
-    sys: SysRoot,
-    store: Store,
-    conf: String,
-}
-
-fn request(command: Command, conf: &str, netns: &str) -> Request {
-    let vars: Vec<(OsString, OsString)> = [
-        ("CNI_COMMAND", command.as_str()),
-        ("CNI_CONTAINERID", "c1"),
-        ("CNI_NETNS", netns),
-        ("CNI_IFNAME", "net1"),
-        ("CNI_PATH", "/nonexistent"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.into(), v.into()))
-    .collect();
-    Request {
-        env: RawEnv::from_vars(vars).validate(command).unwrap(),
-        conf: NetConf::parse(conf.as_bytes(), command).unwrap(),
-        stdin: Vec::new(),
+fn ipam_result() -> CniResult {
+    CniResult {
+        ips: vec![IpConfig {
+            address: "10.9.0.5/24".parse().unwrap(),
+            gateway: None,
+            interface: None,
+        }],
+        ..Default::default()
     }
 }
 
-impl World {
-    fn new(parent: Link, mode_fields: &str) -> World {
-        let master = format!(r#""master":"{}",{mode_fields}"#, parent.name);
-        World::with_links(vec![parent], &master)
-    }
+/// Host links and the conf's fields (`fields` names the parent itself, if at all).
+fn host(links: Vec<Link>, fields: &str) -> TestHost {
+    TestHost::new("cn", "c1")
+        .links(links)
+        .fields(fields)
+        .ipam(ipam_result())
+}
 
-    /// Host links and the conf's fields (`fields` names the parent itself, if at all).
-    fn with_links(links: Vec<Link>, fields: &str) -> World {
-        let tmp = TempDir::new("child");
-        let conf = format!(
-            r#"{{"cniVersion":"1.1.0","name":"cn","type":"rdma-ns",{fields},
-                "dataDir":"{}","ipam":{{"type":"fake"}}}}"#,
-            tmp.path().join("data").display()
-        );
-        World {
-            kernel: FakeKernel::with_host_links(links),
-            ipam: FakeIpam {
-                result: Some(crate::cni::result::CniResult {
-                    ips: vec![crate::cni::result::IpConfig {
-                        address: "10.9.0.5/24".parse().unwrap(),
-                        gateway: None,
-                        interface: None,
-                    }],
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            sys: SysRoot::new(tmp.path().join("sys")),
-            rdma: FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Shared), &[]),
-            store: Store::new(tmp.path().join("data")),
-            conf,
-            _tmp: tmp,
-        }
-    }
+/// `parent` alone in the host, named as the conf's master.
+fn with_master(parent: Link, mode_fields: &str) -> TestHost {
+    let fields = format!(r#""master":"{}",{mode_fields}"#, parent.name);
+    host(vec![parent], &fields)
+}
 
-    fn ctx(&self, fail_after: Option<&str>) -> Ctx<'_> {
-        self.ctx_with(fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())))
-    }
+fn world(parent: Link, mode_fields: &str) -> World {
+    with_master(parent, mode_fields).build()
+}
 
-    fn ctx_with(&self, fault: Option<crate::attach::plan::Fault>) -> Ctx<'_> {
-        Ctx {
-            kernel: &self.kernel,
-            sys: &self.sys,
-            store: &self.store,
-            ipam: &self.ipam,
-            rdma: &self.rdma,
-            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fault,
-        }
-    }
+/// Host links and conf fields on the fixture sysfs tree of every preset.
+fn on_fixture(links: Vec<Link>, fields: &str) -> World {
+    host(links, fields)
+        .sysfs(SysfsFixture::all().unwrap())
+        .build()
+}
 
-    fn run(
-        &self,
-        command: Command,
-        netns: &str,
-        fail_after: Option<&str>,
-    ) -> crate::error::Result<()> {
-        let req = request(command, &self.conf, netns);
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        let ctx = self.ctx(fail_after);
-        match command {
-            Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
-            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
-            _ => child::check(&ctx, &req, &pc),
-        }
-    }
-
-    fn children(&self) -> Vec<(String, Link)> {
-        self.kernel
-            .state
-            .borrow()
-            .links
-            .iter()
-            .filter(|(_, l)| l.link.is_some() && l.kind.as_deref() != Some("vlan"))
-            .cloned()
-            .collect()
-    }
+/// Every child interface, wherever it is (the fixture's VLAN is not one of ours).
+fn children(w: &World) -> Vec<(NsKey, Link)> {
+    w.kernel
+        .state
+        .borrow()
+        .links
+        .iter()
+        .filter(|(_, l)| l.link.is_some() && l.kind.as_deref() != Some("vlan"))
+        .cloned()
+        .collect()
 }
 
 #[test]
 fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
-    let w = World::new(eth_parent(), r#""mode":"macvlan","mtu":1500"#);
+    let w = world(eth_parent(), r#""mode":"macvlan","mtu":1500"#);
     w.run(Command::Add, POD, None).unwrap();
     let creates: Vec<_> = w
-        .kernel
         .calls()
         .into_iter()
-        .filter(|c| c.starts_with("create_link"))
+        .filter(|c| matches!(c, Call::CreateLink { .. }))
         .collect();
-    assert_eq!(creates, vec!["create_link host net1 parent=4"]);
-    let kids = w.children();
+    assert_eq!(
+        creates,
+        vec![Call::CreateLink {
+            ns: NsKey::Host,
+            name: "net1".into(),
+            parent: 4,
+            target: Some(NsKey::pod()),
+        }]
+    );
+    let kids = children(&w);
     assert_eq!(kids.len(), 1);
-    assert_eq!(kids[0].0, POD);
+    assert_eq!(kids[0].0, NsKey::pod());
     assert_eq!(kids[0].1.mtu, 1500);
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     assert_eq!(att.child.as_ref().unwrap().kind, "macvlan");
     assert_eq!(att.host.name, "ens1f0np0", "the parent is recorded");
     w.run(Command::Del, POD, None).unwrap();
-    assert!(w.children().is_empty());
+    assert!(children(&w).is_empty());
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
     w.run(Command::Del, POD, None).unwrap();
 }
@@ -324,10 +269,10 @@ fn a_failed_child_add_at_any_step_leaves_nothing() {
         "device-info",
         "state",
     ] {
-        let w = World::new(eth_parent(), r#""mode":"macvlan""#);
-        let err = w.run(Command::Add, POD, Some(step)).unwrap_err();
+        let w = world(eth_parent(), r#""mode":"macvlan""#);
+        let err = w.run(Command::Add, POD, fail_after(step)).unwrap_err();
         assert!(err.to_string().contains(step), "{step}: {err}");
-        assert!(w.children().is_empty(), "{step}: child deleted");
+        assert!(children(&w).is_empty(), "{step}: child deleted");
         assert!(
             w.store.load("cn", "c1", "net1").unwrap().is_none(),
             "{step}"
@@ -337,7 +282,7 @@ fn a_failed_child_add_at_any_step_leaves_nothing() {
 
 #[test]
 fn an_ipoib_child_refunded_to_the_host_is_found_and_deleted() {
-    let w = World::new(
+    let w = world(
         ib_parent(0x80, 2044, true),
         r#""mode":"ipoib","pkey":"0x8001""#,
     );
@@ -346,18 +291,21 @@ fn an_ipoib_child_refunded_to_the_host_is_found_and_deleted() {
     {
         let mut st = w.kernel.state.borrow_mut();
         let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
-        kid.0 = "host".into();
+        kid.0 = NsKey::Host;
         kid.1.name = format!("dev{}", kid.1.index);
         kid.1.kind = Some("ipoib".into());
     }
     w.run(Command::Del, "", None).unwrap();
-    assert!(w.children().is_empty(), "refunded child deleted");
+    assert!(children(&w).is_empty(), "refunded child deleted");
 }
 
 #[test]
 fn a_name_taken_in_the_pod_is_refused_cleanly() {
-    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
-    w.kernel.fail_on("create_link", nix::errno::Errno::EEXIST);
+    let w = world(eth_parent(), r#""mode":"macvlan""#);
+    w.kernel.fail_when(
+        |c| matches!(c, Call::CreateLink { .. }),
+        nix::errno::Errno::EEXIST,
+    );
     let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 103, "{err}");
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
@@ -366,11 +314,11 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
 
 #[test]
 fn an_ipam_failure_beside_the_create_deletes_the_child_and_the_record() {
-    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    let mut w = world(eth_parent(), r#""mode":"macvlan""#);
     w.ipam.fail_add = true;
     let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 11, "IPAM's own code reaches the runtime: {err}");
-    assert!(w.children().is_empty(), "child deleted");
+    assert!(children(&w).is_empty(), "child deleted");
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
     assert_eq!(
         *w.ipam.calls.lock().unwrap(),
@@ -381,17 +329,16 @@ fn an_ipam_failure_beside_the_create_deletes_the_child_and_the_record() {
 
 #[test]
 fn an_intent_record_that_cannot_be_written_releases_ipam_and_creates_nothing() {
-    let w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    let w = world(eth_parent(), r#""mode":"macvlan""#);
     // The data dir is a file: the intent record cannot be written.
     std::fs::write(w.store.dir(), b"not a directory").unwrap();
     let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 5, "{err}");
-    assert!(w.children().is_empty());
+    assert!(children(&w).is_empty());
     assert!(
-        !w.kernel
-            .calls()
+        !w.calls()
             .iter()
-            .any(|c| c.starts_with("create_link")),
+            .any(|c| matches!(c, Call::CreateLink { .. })),
         "no kernel change without a durable intent"
     );
     assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
@@ -399,7 +346,7 @@ fn an_intent_record_that_cannot_be_written_releases_ipam_and_creates_nothing() {
 
 #[test]
 fn ipam_and_intent_failing_together_are_both_reported() {
-    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    let mut w = world(eth_parent(), r#""mode":"macvlan""#);
     w.ipam.fail_add = true;
     std::fs::write(w.store.dir(), b"not a directory").unwrap();
     let err = w.run(Command::Add, POD, None).unwrap_err();
@@ -408,17 +355,17 @@ fn ipam_and_intent_failing_together_are_both_reported() {
         text.contains("pool exhausted") && text.contains("state"),
         "{text}"
     );
-    assert!(w.children().is_empty());
+    assert!(children(&w).is_empty());
 }
 
 #[test]
 fn del_reports_an_ipam_failure_and_keeps_the_record() {
-    let mut w = World::new(eth_parent(), r#""mode":"macvlan""#);
+    let mut w = world(eth_parent(), r#""mode":"macvlan""#);
     w.run(Command::Add, POD, None).unwrap();
     w.ipam.fail_del = true;
     let err = w.run(Command::Del, POD, None).unwrap_err();
     assert_eq!(err.code(), 11, "{err}");
-    assert!(w.children().is_empty(), "the child is deleted all the same");
+    assert!(children(&w).is_empty(), "the child is deleted all the same");
     assert!(
         w.store.load("cn", "c1", "net1").unwrap().is_some(),
         "kept for the retry"
@@ -430,7 +377,6 @@ fn del_reports_an_ipam_failure_and_keeps_the_record() {
 
 mod gids {
     use super::*;
-    use crate::kernel::topology::fixtures::SysfsFixture;
 
     /// The macvlan child's GID, as the kernel adds it: ::ffff:10.9.0.5, RoCE v2, ndev net1.
     fn add_pod_gid(fx: &SysfsFixture, index: u32) {
@@ -446,19 +392,9 @@ mod gids {
             .unwrap();
     }
 
-    fn run(w: &World, fx: &SysfsFixture, fail_after: Option<&str>) -> crate::error::Result<()> {
-        let req = request(Command::Add, &w.conf, POD);
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        let ctx = Ctx {
-            kernel: &w.kernel,
-            sys: fx.root(),
-            store: &w.store,
-            ipam: &w.ipam,
-            rdma: &w.rdma,
-            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
-        };
-        child::add(&ctx, &req, &pc).map(|_| ())
+    /// `parent` as the conf's master, on `fx`.
+    fn world_on(parent: Link, mode_fields: &str, fx: SysfsFixture) -> World {
+        with_master(parent, mode_fields).sysfs(fx).build()
     }
 
     fn roce_parent() -> Link {
@@ -470,10 +406,10 @@ mod gids {
 
     #[test]
     fn the_pod_ips_gid_index_is_found_and_recorded() {
-        let w = World::new(roce_parent(), r#""mode":"macvlan""#);
         let fx = SysfsFixture::all().unwrap();
         add_pod_gid(&fx, 6);
-        run(&w, &fx, None).unwrap();
+        let w = world_on(roce_parent(), r#""mode":"macvlan""#, fx);
+        w.run(Command::Add, POD, None).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
         assert_eq!(att.gids.len(), 1);
         let g = &att.gids[0];
@@ -486,23 +422,29 @@ mod gids {
 
     #[test]
     fn a_gid_that_never_appears_fails_add_and_leaves_nothing() {
-        let w = World::new(roce_parent(), r#""mode":"macvlan","gidTimeoutMs":60"#);
-        let fx = SysfsFixture::all().unwrap();
-        let err = run(&w, &fx, None).unwrap_err();
+        let w = world_on(
+            roce_parent(),
+            r#""mode":"macvlan","gidTimeoutMs":60"#,
+            SysfsFixture::all().unwrap(),
+        );
+        let err = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(err.code(), 121, "{err}");
         assert!(
             err.to_string().contains("10.9.0.5") && err.to_string().contains("mlx5_0"),
             "{err}"
         );
-        assert!(w.children().is_empty(), "child deleted");
+        assert!(children(&w).is_empty(), "child deleted");
         assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
     }
 
     #[test]
     fn a_parent_without_rdma_records_no_gids() {
-        let w = World::new(eth_parent(), r#""mode":"macvlan""#);
-        let fx = SysfsFixture::new().unwrap();
-        run(&w, &fx, None).unwrap();
+        let w = world_on(
+            eth_parent(),
+            r#""mode":"macvlan""#,
+            SysfsFixture::new().unwrap(),
+        );
+        w.run(Command::Add, POD, None).unwrap();
         assert!(w
             .store
             .load("cn", "c1", "net1")
@@ -529,14 +471,14 @@ fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
         (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#, true),
     ];
     for (parent, fields, refunded) in cases {
-        let w = World::new(parent, fields);
+        let w = world(parent, fields);
         w.run(Command::Add, POD, None).unwrap();
         let path = w.store.dir().join("cn/c1:net1.json");
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "intent, after create, final: {text}");
         let intent: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
-        let created = w.children();
+        let created = children(&w);
         assert_eq!(created.len(), 1, "{fields}: the child exists");
         if fields.contains("macvlan") {
             assert_eq!(
@@ -551,13 +493,13 @@ fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
         if refunded {
             let mut st = w.kernel.state.borrow_mut();
             let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
-            kid.0 = "host".into();
+            kid.0 = NsKey::Host;
             kid.1.name = format!("dev{}", kid.1.index);
         }
         w.run(Command::Del, if refunded { "" } else { POD }, None)
             .unwrap();
         assert!(
-            w.children().is_empty(),
+            children(&w).is_empty(),
             "{fields}: DEL found and deleted the child"
         );
         assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
@@ -566,7 +508,7 @@ fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
 
 #[test]
 fn an_unrecorded_ipoib_child_is_never_guessed_among_several() {
-    let w = World::new(ib_parent(0x80, 2044, true), r#""mode":"ipoib""#);
+    let w = world(ib_parent(0x80, 2044, true), r#""mode":"ipoib""#);
     w.run(Command::Add, POD, None).unwrap();
     let path = w.store.dir().join("cn/c1:net1.json");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -574,16 +516,16 @@ fn an_unrecorded_ipoib_child_is_never_guessed_among_several() {
     {
         let mut st = w.kernel.state.borrow_mut();
         let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();
-        kid.0 = "host".into();
+        kid.0 = NsKey::Host;
         kid.1.name = format!("dev{}", kid.1.index);
         let mut twin = kid.1.clone();
         twin.index += 100;
         twin.name = format!("dev{}", twin.index);
-        st.links.push(("host".into(), twin));
+        st.links.push((NsKey::Host, twin));
     }
     let e = w.run(Command::Del, "", None).unwrap_err();
     assert!(e.to_string().contains("ip link del"), "{e}");
-    assert_eq!(w.children().len(), 2, "neither deleted");
+    assert_eq!(children(&w).len(), 2, "neither deleted");
     assert!(
         w.store.load("cn", "c1", "net1").unwrap().is_some(),
         "record kept"
@@ -626,12 +568,6 @@ fn mlx5_links() -> Vec<Link> {
     ]
 }
 
-fn on_fixture(mut w: World) -> (World, crate::kernel::topology::fixtures::SysfsFixture) {
-    let fx = crate::kernel::topology::fixtures::SysfsFixture::all().unwrap();
-    w.sys = SysRoot::new(fx.path());
-    (w, fx)
-}
-
 #[test]
 fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
     // What Multus v4 injects for the RDMA shared device plugin's resource: its device index in
@@ -646,7 +582,7 @@ fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
             r#""mode":"ipoib","deviceID":"3""#,
         ),
     ] {
-        let w = World::new(parent.clone(), fields);
+        let w = world(parent.clone(), fields);
         w.run(Command::Add, POD, None).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
         assert_eq!(att.host.name, parent.name, "{fields}");
@@ -658,7 +594,7 @@ fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
         w.run(Command::Del, POD, None).unwrap();
     }
     // Without master or rdmaDevice, the index alone names no parent: code 7 saying so.
-    let w = World::with_links(vec![eth_parent()], r#""mode":"macvlan","deviceID":"0""#);
+    let w = host(vec![eth_parent()], r#""mode":"macvlan","deviceID":"0""#).build();
     let e = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(e.code(), 7, "{e}");
     let msg = e.to_string();
@@ -666,25 +602,25 @@ fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
         msg.contains("master") && msg.contains("deviceID=0"),
         "{msg}"
     );
-    assert!(w.children().is_empty());
+    assert!(children(&w).is_empty());
 }
 
 #[test]
 fn a_pci_device_id_selects_the_parent_and_must_agree_with_master() {
-    let (w, _fx) = on_fixture(World::with_links(
+    let w = on_fixture(
         mlx5_links(),
         r#""mode":"macvlan","deviceID":"0000:3b:00.2","rdma":"off""#,
-    ));
+    );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     assert_eq!(att.host.name, "ens1f0v0");
     assert_eq!(att.device_id.as_deref(), Some("0000:3b:00.2"));
     w.run(Command::Del, POD, None).unwrap();
 
-    let (w, _fx) = on_fixture(World::with_links(
+    let w = on_fixture(
         mlx5_links(),
         r#""mode":"macvlan","deviceID":"0000:3b:00.2","master":"ens1f0np0","rdma":"off""#,
-    ));
+    );
     let e = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(e.code(), 7, "{e}");
     let msg = e.to_string();
@@ -694,34 +630,34 @@ fn a_pci_device_id_selects_the_parent_and_must_agree_with_master() {
             && msg.contains("master=ens1f0np0"),
         "{msg}"
     );
-    assert!(w.children().is_empty());
+    assert!(children(&w).is_empty());
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
 
-    let (w, _fx) = on_fixture(World::with_links(
+    let w = on_fixture(
         mlx5_links(),
         r#""mode":"macvlan","deviceID":"0000:3b:00.0","master":"ens1f0np0","rdma":"off""#,
-    ));
+    );
     w.run(Command::Add, POD, None).unwrap();
-    assert_eq!(w.children().len(), 1);
+    assert_eq!(children(&w).len(), 1);
 }
 
 #[test]
 fn rdma_device_names_the_parent_netdev() {
-    let (w, _fx) = on_fixture(World::with_links(
+    let w = on_fixture(
         mlx5_links(),
         r#""mode":"macvlan","rdmaDevice":"mlx5_0","rdma":"off""#,
-    ));
+    );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     assert_eq!(att.host.name, "ens1f0np0");
-    let kids = w.children();
+    let kids = children(&w);
     assert_eq!(kids.len(), 1);
     assert_eq!(kids[0].1.link, Some(4), "created on the PF netdev");
 
-    let (w, _fx) = on_fixture(World::with_links(
+    let w = on_fixture(
         mlx5_links(),
         r#""mode":"macvlan","rdmaDevice":"mlx5_0","master":"ens1f0v0","rdma":"off""#,
-    ));
+    );
     let e = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(e.code(), 7, "{e}");
     assert!(e.to_string().contains("rdmaDevice=mlx5_0"), "{e}");
@@ -729,10 +665,11 @@ fn rdma_device_names_the_parent_netdev() {
 
 #[test]
 fn a_missing_master_is_named_as_master() {
-    let w = World::with_links(
+    let w = host(
         vec![eth_parent()],
         r#""mode":"macvlan","master":"ens9f9np9""#,
-    );
+    )
+    .build();
     let e = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(e.code(), 100, "{e}");
     assert!(e.to_string().contains("master=ens9f9np9"), "{e}");
@@ -747,8 +684,9 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
         } else {
             eth_parent()
         };
-        let mut w = World::new(parent.clone(), fields);
-        w.rdma = FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Exclusive), &[]);
+        let w = with_master(parent.clone(), fields)
+            .rdma(Some(NetnsMode::Exclusive), &[])
+            .build();
         let e = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(e.code(), 120, "{fields}: {e}");
         let msg = e.to_string();
@@ -756,14 +694,15 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
             msg.contains("exclusive") && msg.contains("shared") && msg.contains("\"off\""),
             "{msg}"
         );
-        assert!(w.children().is_empty(), "{fields}");
+        assert!(children(&w).is_empty(), "{fields}");
         assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
 
         let off = format!(r#"{fields},"rdma":"off""#);
-        let mut w = World::new(parent, &off);
-        w.rdma = FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Exclusive), &[]);
+        let w = with_master(parent, &off)
+            .rdma(Some(NetnsMode::Exclusive), &[])
+            .build();
         w.run(Command::Add, POD, None).unwrap();
-        assert_eq!(w.children().len(), 1, "{off}");
+        assert_eq!(children(&w).len(), 1, "{off}");
     }
     let conf = NetConf::parse(
         br#"{"cniVersion":"1.1.0","name":"n","type":"rdma-ns","mode":"macvlan","rdma":"exclusive"}"#,
@@ -782,7 +721,7 @@ fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
             "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
         file.display()
     );
-    let (w, _fx) = on_fixture(World::with_links(mlx5_links(), &fields));
+    let w = on_fixture(mlx5_links(), &fields);
     w.run(Command::Add, POD, None).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(info["type"], "pci");
@@ -807,7 +746,7 @@ fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
             "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
         file.display()
     );
-    let (w, _fx) = on_fixture(World::with_links(vec![v0], &fields));
+    let w = on_fixture(vec![v0], &fields);
     w.run(Command::Add, POD, None).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(info["type"], "pci");
@@ -823,33 +762,16 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
         (eth_parent(), r#""mode":"macvlan""#),
         (ib_parent(0x80, 2044, true), r#""mode":"ipoib""#),
     ] {
-        crate::attach::tests::kill_points::every_kill_point(
-            || World::new(parent.clone(), fields),
-            |w, command, fault| {
-                let (netns, conf) = match command {
-                    Command::Gc => ("", crate::attach::tests::kill_points::gc_conf(&w.conf)),
-                    _ => (POD, w.conf.clone()),
-                };
-                let req = request(command, &conf, netns);
-                let pc = PluginConf::from_conf(&req.conf).unwrap();
-                let ctx = w.ctx_with(fault);
-                match command {
-                    Command::Add => child::add(&ctx, &req, &pc).map(|_| ()),
-                    Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
-                    _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
-                }
-            },
+        kill_points::every_kill_point(
+            || world(parent.clone(), fields),
             |w, case| {
-                assert!(w.children().is_empty(), "{fields} {case}: a child is left");
+                assert!(children(w).is_empty(), "{fields} {case}: a child is left");
                 assert!(
                     w.store.load("cn", "c1", "net1").unwrap().is_none(),
                     "{fields} {case}: record left"
                 );
-                crate::attach::tests::kill_points::ipam_released(
-                    &w.ipam.calls.lock().unwrap(),
-                    case,
-                );
-                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
+                kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
+                kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }

@@ -1,11 +1,9 @@
 //! The NetOps conformance scenarios (kernel::conformance) against the fake kernel; the root tier
 //! runs the same ones against the real kernel (tests/netlink_root.rs).
 
-use crate::attach::testkit::FakeKernel;
+use crate::attach::testkit::{FakeKernel, NsKey, POD};
 use crate::kernel::conformance;
 use crate::kernel::{Link, Netns, Ns};
-
-const POD: &str = "/proc/self/ns/net";
 
 fn nic() -> Link {
     Link {
@@ -27,7 +25,7 @@ fn host() -> FakeKernel {
         .addrs
         .insert(7, vec!["192.0.2.7/24".parse().unwrap()]);
     k.state.borrow_mut().links.push((
-        POD.into(),
+        NsKey::pod(),
         Link {
             index: 30,
             name: "net9".into(),

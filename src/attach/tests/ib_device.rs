@@ -2,25 +2,21 @@
 //! on fixture sysfs trees of real mlx5 layouts: the exclusive-mode success paths need mlx5
 //! hardware, so this seam is where they are covered (the VM tier covers rxe's refusal for real).
 
-use std::ffi::OsString;
-
 use nix::errno::Errno;
 
-use crate::attach::config::PluginConf;
-use crate::attach::modes::move_dev;
-use crate::attach::state::Store;
-use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
-use crate::attach::Ctx;
-use crate::cni::env::RawEnv;
-use crate::cni::{Command, NetConf, Request};
+use crate::attach::testkit::{Call, NsKey, POD};
+use crate::attach::tests::kill_points;
+use crate::attach::tests::kit::{fail_after, TestHost, World};
+use crate::cni::Command;
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::kernel::{parse_hwaddr, Link};
 use crate::testutil::TempDir;
 
-const POD: &str = "/proc/self/ns/net";
 const ROCE_MAC: &str = "0c:42:a1:3b:00:00";
 const IPOIB_ADDR: &str = "00:00:10:29:fe:80:00:00:00:00:00:00:04:3f:72:03:00:da:21:30";
+/// The conf's fields that select the RoCE netdev.
+const ROCE: &str = r#""device":"ens1f0np0""#;
 
 fn roce_netdev() -> Link {
     Link {
@@ -50,140 +46,87 @@ fn ipoib_netdev() -> Link {
     }
 }
 
-struct World {
-    _tmp: TempDir,
-    fx: SysfsFixture,
-    kernel: FakeKernel,
-    ipam: FakeIpam,
-    store: Store,
-    data: String,
+/// `links` in the host on the fixture sysfs of every preset, the RDMA subsystem in `mode` with
+/// these (name, index) ib devices, and the conf's `fields`.
+fn host(
+    links: Vec<Link>,
+    mode: Option<NetnsMode>,
+    devices: &[(&str, u32)],
+    fields: &str,
+) -> TestHost {
+    TestHost::new("rn", "c9")
+        .links(links)
+        .sysfs(SysfsFixture::all().unwrap())
+        .rdma(mode, devices)
+        .fields(fields)
 }
 
-impl World {
-    fn new(links: Vec<Link>) -> World {
-        let tmp = TempDir::new("rdma-attach");
-        let fx = SysfsFixture::all().unwrap();
-        World {
-            data: tmp.path().join("data").display().to_string(),
-            store: Store::new(tmp.path().join("data")),
-            kernel: FakeKernel::with_host_links(links),
-            ipam: FakeIpam::default(),
-            fx,
-            _tmp: tmp,
-        }
-    }
-
-    fn request(&self, command: Command, fields: &str, netns: &str) -> Request {
-        let conf = format!(
-            r#"{{"cniVersion":"1.1.0","name":"rn","type":"rdma-ns",{fields},"dataDir":"{}"}}"#,
-            self.data
-        );
-        let vars: Vec<(OsString, OsString)> = [
-            ("CNI_COMMAND", command.as_str()),
-            ("CNI_CONTAINERID", "c9"),
-            ("CNI_NETNS", netns),
-            ("CNI_IFNAME", "net1"),
-            ("CNI_PATH", "/nonexistent"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.into(), v.into()))
-        .collect();
-        Request {
-            env: RawEnv::from_vars(vars).validate(command).unwrap(),
-            conf: NetConf::parse(conf.as_bytes(), command).unwrap(),
-            stdin: Vec::new(),
-        }
-    }
-
-    fn run(
-        &self,
-        rdma: &FakeRdma,
-        command: Command,
-        fields: &str,
-        netns: &str,
-        fail_after: Option<&str>,
-    ) -> crate::error::Result<()> {
-        self.run_with(
-            rdma,
-            command,
-            fields,
-            netns,
-            fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
-        )
-    }
-
-    fn run_with(
-        &self,
-        rdma: &FakeRdma,
-        command: Command,
-        fields: &str,
-        netns: &str,
-        fault: Option<crate::attach::plan::Fault>,
-    ) -> crate::error::Result<()> {
-        let fields = match command {
-            Command::Gc => format!(r#"{fields},"cni.dev/valid-attachments":[]"#),
-            _ => fields.to_string(),
-        };
-        let req = self.request(command, &fields, netns);
-        let pc = PluginConf::from_conf(&req.conf)?;
-        let ctx = Ctx {
-            kernel: &self.kernel,
-            sys: self.fx.root(),
-            store: &self.store,
-            ipam: &self.ipam,
-            rdma,
-            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fault,
-        };
-        match command {
-            Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
-            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
-            Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
-            _ => move_dev::check(&ctx, &req, &pc),
-        }
-    }
-
-    fn netdev(&self, hw: &str) -> (String, Link) {
-        let want = parse_hwaddr(hw).unwrap();
-        self.kernel
-            .state
-            .borrow()
-            .links
-            .iter()
-            // IPoIB netdevs are recognized by their port GID: bytes 0-3 change on re-creation.
-            .find(|(_, l)| match want.len() {
-                20 => l.hwaddr.len() == 20 && l.hwaddr[4..] == want[4..],
-                _ => l.hwaddr == want,
-            })
-            .cloned()
-            .unwrap()
-    }
+/// The RoCE netdev in the host and its ib device mlx5_0 (index 3), in exclusive mode.
+fn exclusive_roce() -> World {
+    host(
+        vec![roce_netdev()],
+        Some(NetnsMode::Exclusive),
+        &[("mlx5_0", 3)],
+        ROCE,
+    )
+    .build()
 }
 
-fn moves(rdma: &FakeRdma) -> Vec<String> {
-    rdma.calls
+/// (namespace, link) of the netdev with this address, wherever it is.
+fn netdev(w: &World, hw: &str) -> (NsKey, Link) {
+    let want = parse_hwaddr(hw).unwrap();
+    w.kernel
+        .state
         .borrow()
+        .links
         .iter()
-        .filter(|c| c.starts_with("move_ib"))
+        // IPoIB netdevs are recognized by their port GID: bytes 0-3 change on re-creation.
+        .find(|(_, l)| match want.len() {
+            20 => l.hwaddr.len() == 20 && l.hwaddr[4..] == want[4..],
+            _ => l.hwaddr == want,
+        })
         .cloned()
+        .unwrap()
+}
+
+/// Every ib device move so far, in order.
+fn moves(w: &World) -> Vec<Call> {
+    w.calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::MoveIb { .. }))
         .collect()
+}
+
+fn move_ib(ns: NsKey, index: u32, target: NsKey) -> Call {
+    Call::MoveIb { ns, index, target }
+}
+
+fn refuse_ib_moves(w: &World) {
+    w.kernel
+        .fail_when(|c| matches!(c, Call::MoveIb { .. }), Errno::EOPNOTSUPP);
 }
 
 #[test]
 fn exclusive_mode_moves_the_ib_device_first_and_brings_it_back_first() {
-    let w = World::new(vec![roce_netdev()]);
-    let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    assert_eq!(moves(&rdma), vec![format!("move_ib host 3 -> {POD}")]);
-    assert_eq!(rdma.location("mlx5_0").as_deref(), Some(POD));
-    let calls = w.kernel.calls();
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.starts_with("set_link host 4 netns=")),
-        "then the netdev: {calls:?}"
-    );
+    let w = exclusive_roce();
+    w.run(Command::Add, POD, None).unwrap();
+    assert_eq!(moves(&w), vec![move_ib(NsKey::Host, 3, NsKey::pod())]);
+    assert_eq!(w.rdma.location("mlx5_0"), Some(NsKey::pod()));
+    let calls = w.calls();
+    let ib_in = calls.iter().position(|c| matches!(c, Call::MoveIb { .. }));
+    let netdev_in = calls.iter().position(|c| {
+        matches!(
+            c,
+            Call::SetLink {
+                ns: NsKey::Host,
+                index: 4,
+                netns: Some(_),
+                ..
+            }
+        )
+    });
+    assert!(netdev_in.is_some(), "then the netdev: {calls:?}");
+    assert!(ib_in < netdev_in, "the ib device first: {calls:?}");
     let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
     let rec = att.rdma.expect("ib device recorded");
     assert_eq!(
@@ -192,28 +135,23 @@ fn exclusive_mode_moves_the_ib_device_first_and_brings_it_back_first() {
     );
     assert_eq!(rec.driver, "mlx5_core");
 
-    w.run(&rdma, Command::Check, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    w.run(&rdma, Command::Del, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
+    w.run(Command::Check, POD, None).unwrap();
+    w.run(Command::Del, POD, None).unwrap();
     assert_eq!(
-        moves(&rdma)[1],
-        format!("move_ib {POD} 3 -> host"),
+        moves(&w)[1],
+        move_ib(NsKey::pod(), 3, NsKey::Host),
         "ib device back, from the pod"
     );
-    assert_eq!(rdma.location("mlx5_0").as_deref(), Some("host"));
-    let (ns, link) = w.netdev(ROCE_MAC);
-    assert_eq!((ns.as_str(), link.name.as_str()), ("host", "ens1f0np0"));
+    assert_eq!(w.rdma.location("mlx5_0"), Some(NsKey::Host));
+    let (ns, link) = netdev(&w, ROCE_MAC);
+    assert_eq!((ns, link.name.as_str()), (NsKey::Host, "ens1f0np0"));
 }
 
 #[test]
 fn a_refused_ib_move_moves_nothing_and_says_why() {
-    let w = World::new(vec![roce_netdev()]);
-    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-    rdma.refuse = Some(Errno::EOPNOTSUPP);
-    let err = w
-        .run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap_err();
+    let w = exclusive_roce();
+    refuse_ib_moves(&w);
+    let err = w.run(Command::Add, POD, None).unwrap_err();
     let text = err.to_string();
     assert_eq!(err.code(), 105, "{text}");
     assert!(
@@ -221,57 +159,66 @@ fn a_refused_ib_move_moves_nothing_and_says_why() {
         "{text}"
     );
     assert!(
-        !w.kernel.calls().iter().any(|c| c.contains("netns=")),
+        !w.calls()
+            .iter()
+            .any(|c| matches!(c, Call::SetLink { netns: Some(_), .. })),
         "the netdev never moved"
     );
-    assert_eq!(w.netdev(ROCE_MAC).1.name, "ens1f0np0");
+    assert_eq!(netdev(&w, ROCE_MAC).1.name, "ens1f0np0");
     assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
 }
 
 #[test]
 fn a_failure_after_the_netdev_moved_undoes_both_in_reverse() {
     for step in ["ib-move", "move", "addresses", "up", "state"] {
-        let w = World::new(vec![roce_netdev()]);
-        let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-        rdma.log_to = Some(w.kernel.state.clone());
-        let err = w
-            .run(
-                &rdma,
-                Command::Add,
-                r#""device":"ens1f0np0""#,
-                POD,
-                Some(step),
-            )
-            .unwrap_err();
+        let w = exclusive_roce();
+        let err = w.run(Command::Add, POD, fail_after(step)).unwrap_err();
         // The failure must be the injected one, not an earlier step failing on its own.
         assert!(
             err.to_string().contains(&format!("after step `{step}`")),
             "{step}: {err}"
         );
-        assert_eq!(rdma.location("mlx5_0").as_deref(), Some("host"), "{step}");
-        let (ns, link) = w.netdev(ROCE_MAC);
+        assert_eq!(w.rdma.location("mlx5_0"), Some(NsKey::Host), "{step}");
+        let (ns, link) = netdev(&w, ROCE_MAC);
         assert_eq!(
-            (ns.as_str(), link.name.as_str(), link.up),
-            ("host", "ens1f0np0", true),
+            (ns, link.name.as_str(), link.up),
+            (NsKey::Host, "ens1f0np0", true),
             "{step}"
         );
         // One sequence for both seams: the ib device went in first and comes back last, the
         // netdev in between.
-        let calls = w.kernel.calls();
-        let at = |what: &str| {
+        let calls = w.calls();
+        let at = |what: Call| {
             calls
                 .iter()
-                .position(|c| c.starts_with(what))
+                .position(|c| *c == what)
                 .unwrap_or_else(|| panic!("{step}: no `{what}` in {calls:?}"))
         };
-        let ib_in = at(&format!("move_ib host 3 -> {POD}"));
-        let ib_back = at(&format!("move_ib {POD} 3 -> host"));
+        let ib_in = at(move_ib(NsKey::Host, 3, NsKey::pod()));
+        let ib_back = at(move_ib(NsKey::pod(), 3, NsKey::Host));
         assert!(ib_in < ib_back, "{step}: {calls:?}");
         if step != "ib-move" {
-            let netdev_in = at(&format!("set_link host 4 netns={POD}"));
+            let netdev_in = calls
+                .iter()
+                .position(|c| {
+                    matches!(
+                        c,
+                        Call::SetLink { ns: NsKey::Host, index: 4, netns: Some(to), .. }
+                            if *to == NsKey::pod()
+                    )
+                })
+                .unwrap_or_else(|| panic!("{step}: the netdev never moved in: {calls:?}"));
             let netdev_back = calls
                 .iter()
-                .position(|c| c.starts_with("set_link") && c.contains("netns=host"))
+                .position(|c| {
+                    matches!(
+                        c,
+                        Call::SetLink {
+                            netns: Some(NsKey::Host),
+                            ..
+                        }
+                    )
+                })
                 .unwrap_or_else(|| panic!("{step}: the netdev never came back: {calls:?}"));
             assert!(
                 ib_in < netdev_in && netdev_in < netdev_back && netdev_back < ib_back,
@@ -292,37 +239,39 @@ fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
         (ipoib_netdev(), "ibp94s0", 7, IPOIB_ADDR),
     ] {
         let fields = format!(r#""device":"{}""#, link.name);
-        crate::attach::tests::kill_points::every_kill_point(
+        kill_points::every_kill_point(
             || {
-                let w = World::new(vec![link.clone()]);
-                let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[(ibdev, index)]);
+                let host = host(
+                    vec![link.clone()],
+                    Some(NetnsMode::Exclusive),
+                    &[(ibdev, index)],
+                    &fields,
+                );
                 if mac == IPOIB_ADDR {
                     // The kernel re-creates IPoIB netdevs when their ib device moves.
-                    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
+                    host.ipoib_follows(parse_hwaddr(IPOIB_ADDR).unwrap())
+                        .build()
+                } else {
+                    host.build()
                 }
-                (w, rdma)
             },
-            |(w, rdma), command, fault| {
-                let netns = if command == Command::Gc { "" } else { POD };
-                w.run_with(rdma, command, &fields, netns, fault)
-            },
-            |(w, rdma), case| {
+            |w, case| {
                 assert_eq!(
-                    rdma.location(ibdev).as_deref(),
-                    Some("host"),
+                    w.rdma.location(ibdev),
+                    Some(NsKey::Host),
                     "{case}: {ibdev} back in the host"
                 );
-                let (ns, back) = w.netdev(mac);
+                let (ns, back) = netdev(w, mac);
                 assert_eq!(
-                    (ns.as_str(), back.name.as_str(), back.mtu),
-                    ("host", link.name.as_str(), link.mtu),
+                    (ns, back.name.as_str(), back.mtu),
+                    (NsKey::Host, link.name.as_str(), link.mtu),
                     "{case}: the netdev back under its name and MTU"
                 );
                 assert!(
                     w.store.load("rn", "c9", "net1").unwrap().is_none(),
                     "{case}"
                 );
-                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
+                kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }
@@ -330,78 +279,68 @@ fn a_kill_at_any_step_of_an_exclusive_move_leaves_nothing_after_del_and_gc() {
 
 #[test]
 fn shared_mode_leaves_the_ib_device_unless_exclusive_is_required() {
-    let w = World::new(vec![roce_netdev()]);
-    let rdma = FakeRdma::new(Some(NetnsMode::Shared), &[("mlx5_0", 3)]);
-    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    assert!(moves(&rdma).is_empty());
-    w.run(&rdma, Command::Del, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
+    let mut w = host(
+        vec![roce_netdev()],
+        Some(NetnsMode::Shared),
+        &[("mlx5_0", 3)],
+        ROCE,
+    )
+    .build();
+    w.run(Command::Add, POD, None).unwrap();
+    assert!(moves(&w).is_empty());
+    w.run(Command::Del, POD, None).unwrap();
 
-    let err = w
-        .run(
-            &rdma,
-            Command::Add,
-            r#""device":"ens1f0np0","rdma":"exclusive""#,
-            POD,
-            None,
-        )
-        .unwrap_err();
+    w.fields = r#""device":"ens1f0np0","rdma":"exclusive""#.into();
+    let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 120, "{err}");
     assert!(err.to_string().contains("netns_mode=0"), "{err}");
-    let none = FakeRdma::new(None, &[]);
-    let err = w
-        .run(
-            &none,
-            Command::Add,
-            r#""device":"ens1f0np0","rdma":"exclusive""#,
-            POD,
-            None,
-        )
-        .unwrap_err();
+    // A kernel whose RDMA netns mode cannot be asked.
+    w.rdma.configure(None, &[]);
+    let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 120, "{err}");
-    w.run(&none, Command::Add, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    w.run(&none, Command::Del, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    let off = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-    w.run(
-        &off,
-        Command::Add,
-        r#""device":"ens1f0np0","rdma":"off""#,
-        POD,
-        None,
-    )
-    .unwrap();
-    assert!(
-        moves(&off).is_empty() && off.calls.borrow().is_empty(),
-        "off never asks"
-    );
+    w.fields = ROCE.into();
+    w.run(Command::Add, POD, None).unwrap();
+    w.run(Command::Del, POD, None).unwrap();
+
+    w.rdma
+        .configure(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
+    w.fields = r#""device":"ens1f0np0","rdma":"off""#.into();
+    let asked_before = w.calls().len();
+    w.run(Command::Add, POD, None).unwrap();
+    let rdma_calls: Vec<_> = w.calls()[asked_before..]
+        .iter()
+        .filter(|c| c.is_rdma())
+        .cloned()
+        .collect();
+    assert!(rdma_calls.is_empty(), "off never asks: {rdma_calls:?}");
 }
 
 #[test]
 fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
-    let w = World::new(vec![ipoib_netdev()]);
-    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
-    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
-    w.run(
-        &rdma,
-        Command::Add,
+    let mut w = host(
+        vec![ipoib_netdev()],
+        Some(NetnsMode::Exclusive),
+        &[("ibp94s0", 7)],
         r#""rdmaDevice":"ibp94s0","mtu":2044"#,
-        POD,
-        None,
     )
-    .unwrap();
-    let (ns, link) = w.netdev(IPOIB_ADDR);
+    .ipoib_follows(parse_hwaddr(IPOIB_ADDR).unwrap())
+    .build();
+    w.run(Command::Add, POD, None).unwrap();
+    let (ns, link) = netdev(&w, IPOIB_ADDR);
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
-        (POD, "net1", 2044, true)
+        (ns, link.name.as_str(), link.mtu, link.up),
+        (NsKey::pod(), "net1", 2044, true)
     );
     assert!(
-        !w.kernel
-            .calls()
-            .iter()
-            .any(|c| c.starts_with("set_link host 5 netns=")),
+        !w.calls().iter().any(|c| matches!(
+            c,
+            Call::SetLink {
+                ns: NsKey::Host,
+                index: 5,
+                netns: Some(_),
+                ..
+            }
+        )),
         "the IPoIB netdev is not moved by itself: the kernel re-creates it with its ib device"
     );
     assert!(
@@ -413,60 +352,54 @@ fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
             .unwrap()
             .infiniband
     );
-    w.run(&rdma, Command::Del, r#""rdmaDevice":"ibp94s0""#, POD, None)
-        .unwrap();
-    let (ns, link) = w.netdev(IPOIB_ADDR);
+    w.fields = r#""rdmaDevice":"ibp94s0""#.into();
+    w.run(Command::Del, POD, None).unwrap();
+    let (ns, link) = netdev(&w, IPOIB_ADDR);
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.mtu),
-        ("host", "ibp94s0", 4092)
+        (ns, link.name.as_str(), link.mtu),
+        (NsKey::Host, "ibp94s0", 4092)
     );
-    assert_eq!(rdma.location("ibp94s0").as_deref(), Some("host"));
+    assert_eq!(w.rdma.location("ibp94s0"), Some(NsKey::Host));
 }
 
 #[test]
 fn ipoib_rollback_renames_the_recreated_host_netdev() {
-    let w = World::new(vec![ipoib_netdev()]);
-    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("ibp94s0", 7)]);
-    rdma.ipoib = Some((w.kernel.state.clone(), parse_hwaddr(IPOIB_ADDR).unwrap()));
-    w.run(
-        &rdma,
-        Command::Add,
+    let w = host(
+        vec![ipoib_netdev()],
+        Some(NetnsMode::Exclusive),
+        &[("ibp94s0", 7)],
         r#""rdmaDevice":"ibp94s0""#,
-        POD,
-        Some("up"),
     )
-    .unwrap_err();
-    let (ns, link) = w.netdev(IPOIB_ADDR);
+    .ipoib_follows(parse_hwaddr(IPOIB_ADDR).unwrap())
+    .build();
+    w.run(Command::Add, POD, fail_after("up")).unwrap_err();
+    let (ns, link) = netdev(&w, IPOIB_ADDR);
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.up),
-        ("host", "ibp94s0", true)
+        (ns, link.name.as_str(), link.up),
+        (NsKey::Host, "ibp94s0", true)
     );
-    assert_eq!(rdma.location("ibp94s0").as_deref(), Some("host"));
+    assert_eq!(w.rdma.location("ibp94s0"), Some(NsKey::Host));
 }
 
 #[test]
 fn check_fails_when_the_ib_port_is_not_active() {
-    let w = World::new(vec![roce_netdev()]);
-    let mut rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-    w.run(&rdma, Command::Add, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap();
-    rdma.port_state = 1;
-    let err = w
-        .run(&rdma, Command::Check, r#""device":"ens1f0np0""#, POD, None)
-        .unwrap_err();
+    let w = exclusive_roce();
+    w.run(Command::Add, POD, None).unwrap();
+    // IB_PORT_DOWN
+    w.rdma.state.borrow_mut().port_state = 1;
+    let err = w.run(Command::Check, POD, None).unwrap_err();
     assert_eq!(err.code(), 108);
     assert!(err.to_string().contains("not ACTIVE"), "{err}");
 }
 
 mod chained {
     use super::*;
-    use crate::attach::modes::chained as chain;
 
     /// The VF's netdev as the previous plugin left it: `net1` in the pod, on function
     /// 0000:3b:00.2, whose ib device is mlx5_2.
     fn put_vf_netdev_in_pod(w: &World) {
         w.kernel.state.borrow_mut().links.push((
-            POD.into(),
+            NsKey::pod(),
             Link {
                 index: 12,
                 name: "net1".into(),
@@ -484,187 +417,148 @@ mod chained {
             .to_string()
     }
 
-    fn run(
-        w: &World,
-        rdma: &FakeRdma,
-        command: Command,
-        fields: &str,
-        netns: &str,
-    ) -> crate::error::Result<Option<crate::cni::result::CniResult>> {
-        run_with(w, rdma, command, fields, netns, None)
+    /// Chained mode's conf with these other fields.
+    fn chained_fields(fields: &str) -> String {
+        format!(r#""mode":"rdma",{fields}"#)
     }
 
-    fn run_with(
-        w: &World,
-        rdma: &FakeRdma,
-        command: Command,
-        fields: &str,
-        netns: &str,
-        fault: Option<crate::attach::plan::Fault>,
-    ) -> crate::error::Result<Option<crate::cni::result::CniResult>> {
-        let gc = match command {
-            Command::Gc => r#","cni.dev/valid-attachments":[]"#,
-            _ => "",
-        };
-        let req = w.request(command, &format!(r#""mode":"rdma",{fields}{gc}"#), netns);
-        let pc = PluginConf::from_conf(&req.conf)?;
-        let ctx = Ctx {
-            kernel: &w.kernel,
-            sys: w.fx.root(),
-            store: &w.store,
-            ipam: &w.ipam,
-            rdma,
-            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fault,
-        };
-        match command {
-            Command::Add => chain::add(&ctx, &req, &pc).map(Some),
-            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc).map(|_| None),
-            Command::Gc => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout).map(|_| None),
-            _ => chain::check(&ctx, &req, &pc).map(|_| None),
-        }
+    /// No netdev in the host; the VF's ib device mlx5_2 (index 9) there, in exclusive mode.
+    fn world(fields: &str) -> World {
+        host(
+            vec![],
+            Some(NetnsMode::Exclusive),
+            &[("mlx5_2", 9)],
+            &chained_fields(fields),
+        )
+        .build()
+    }
+
+    fn vf_by_pci_address() -> String {
+        format!(r#""deviceID":"0000:3b:00.2",{}"#, prev())
     }
 
     #[test]
     fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
-        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
-        crate::attach::tests::kill_points::every_kill_point(
-            || {
-                (
-                    World::new(vec![]),
-                    FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]),
-                )
-            },
-            |(w, rdma), command, fault| {
-                let netns = if command == Command::Gc { "" } else { POD };
-                run_with(w, rdma, command, &fields, netns, fault).map(drop)
-            },
-            |(w, rdma), case| {
-                assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"), "{case}");
+        kill_points::every_kill_point(
+            || world(&vf_by_pci_address()),
+            |w, case| {
+                assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::Host), "{case}");
                 assert!(
                     w.store.load("rn", "c9", "net1").unwrap().is_none(),
                     "{case}"
                 );
-                crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
+                kill_points::no_temp_files(w.store.dir(), case);
             },
         );
     }
 
     #[test]
     fn moves_the_vf_ib_device_after_the_previous_plugin_and_passes_prev_result() {
-        let w = World::new(vec![]);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
-        let out = run(&w, &rdma, Command::Add, &fields, POD).unwrap().unwrap();
+        let w = world(&vf_by_pci_address());
+        let out = w.add(None).unwrap();
         assert_eq!(out.interfaces[0].name, "net1");
         assert_eq!(
             out.ips[0].address.to_string(),
             "10.1.0.2/24",
             "prevResult passes through"
         );
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
-        run(&w, &rdma, Command::Check, &fields, POD).unwrap();
-        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::pod()));
+        w.run(Command::Check, POD, None).unwrap();
+        w.run(Command::Del, POD, None).unwrap();
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::Host));
         assert_eq!(
-            moves(&rdma),
+            moves(&w),
             vec![
-                format!("move_ib host 9 -> {POD}"),
-                format!("move_ib {POD} 9 -> host")
+                move_ib(NsKey::Host, 9, NsKey::pod()),
+                move_ib(NsKey::pod(), 9, NsKey::Host)
             ]
         );
-        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+        w.run(Command::Del, POD, None).unwrap();
     }
 
     #[test]
     fn finds_the_function_from_the_pod_interface_without_device_id() {
-        let w = World::new(vec![]);
+        let w = world(&prev());
         put_vf_netdev_in_pod(&w);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        run(&w, &rdma, Command::Add, &prev(), POD).unwrap();
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
+        w.run(Command::Add, POD, None).unwrap();
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::pod()));
         // CNI_NETNS empty on DEL while the pod netns lives on: the recorded netns, still the
         // same one, is where the ib device is brought back from.
-        run(&w, &rdma, Command::Del, &prev(), "").unwrap();
-        assert_eq!(moves(&rdma).len(), 2, "moved back from the recorded netns");
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+        w.run(Command::Del, "", None).unwrap();
+        assert_eq!(moves(&w).len(), 2, "moved back from the recorded netns");
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::Host));
         assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
     }
 
     #[test]
     fn an_empty_cni_netns_with_the_pod_gone_moves_nothing() {
-        let w = World::new(vec![]);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
-        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
+        let w = world(&vf_by_pci_address());
+        w.run(Command::Add, POD, None).unwrap();
         // The recorded path now names another netns (the pod's is gone, the path reused): its
         // identity differs, so nothing is moved from it.
         let mut att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
         let id = att.netns_id.as_mut().expect("the identity is recorded");
         id.ino += 1;
         w.store.save(&att).unwrap();
-        run(&w, &rdma, Command::Del, &fields, "").unwrap();
-        assert_eq!(moves(&rdma).len(), 1, "nothing moved from a reused path");
+        w.run(Command::Del, "", None).unwrap();
+        assert_eq!(moves(&w).len(), 1, "nothing moved from a reused path");
         assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
     }
 
     #[test]
     fn a_shared_device_plugin_index_leaves_the_pod_interface_to_decide() {
-        let w = World::new(vec![]);
+        let w = world(&format!(r#""deviceID":"0","pciBusID":"0",{}"#, prev()));
         put_vf_netdev_in_pod(&w);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        let fields = format!(r#""deviceID":"0","pciBusID":"0",{}"#, prev());
-        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some(POD));
+        w.run(Command::Add, POD, None).unwrap();
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::pod()));
         let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
         assert_eq!(att.device_id.as_deref(), Some("0"));
-        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
-        assert_eq!(rdma.location("mlx5_2").as_deref(), Some("host"));
+        w.run(Command::Del, POD, None).unwrap();
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::Host));
     }
 
     #[test]
     fn chained_mode_writes_the_vfs_device_info_and_removes_it_on_del() {
-        let w = World::new(vec![]);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        let file = w.fx.path().join("devinfo/net1.json");
-        let fields = format!(
+        let mut w = world(&vf_by_pci_address());
+        let file = w.fixture().path().join("devinfo/net1.json");
+        w.fields = chained_fields(&format!(
             r#""deviceID":"0000:3b:00.2","runtimeConfig":{{"CNIDeviceInfoFile":"{}"}},{}"#,
             file.display(),
             prev()
-        );
-        run(&w, &rdma, Command::Add, &fields, POD).unwrap();
+        ));
+        w.run(Command::Add, POD, None).unwrap();
         let info: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert_eq!(info["pci"]["pci-address"], "0000:3b:00.2");
         assert_eq!(info["pci"]["rdma-device"], "mlx5_2");
         assert_eq!(info["pci"]["pf-pci-address"], "0000:3b:00.0");
-        run(&w, &rdma, Command::Del, &fields, POD).unwrap();
+        w.run(Command::Del, POD, None).unwrap();
         assert!(!file.exists());
     }
 
     #[test]
     fn errors_are_clear_and_leave_nothing() {
-        let w = World::new(vec![]);
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        let err = run(&w, &rdma, Command::Add, r#""deviceID":"0000:3b:00.2""#, POD).unwrap_err();
+        let mut w = world(r#""deviceID":"0000:3b:00.2""#);
+        let err = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(err.code(), 7, "{err}");
         assert!(err.to_string().contains("prevResult"), "{err}");
 
-        let shared = FakeRdma::new(Some(NetnsMode::Shared), &[("mlx5_2", 9)]);
-        let fields = format!(r#""deviceID":"0000:3b:00.2",{}"#, prev());
-        let err = run(&w, &shared, Command::Add, &fields, POD).unwrap_err();
+        w.fields = chained_fields(&vf_by_pci_address());
+        w.rdma.configure(Some(NetnsMode::Shared), &[("mlx5_2", 9)]);
+        let err = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(err.code(), 120, "{err}");
         assert!(err.to_string().contains("netns_mode=0"), "{err}");
 
-        let mut refusing = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
-        refusing.refuse = Some(Errno::EOPNOTSUPP);
-        let err = run(&w, &refusing, Command::Add, &fields, POD).unwrap_err();
+        w.rdma
+            .configure(Some(NetnsMode::Exclusive), &[("mlx5_2", 9)]);
+        refuse_ib_moves(&w);
+        let err = w.run(Command::Add, POD, None).unwrap_err();
         assert!(
             err.to_string().contains("mlx5_2") && err.to_string().contains("disassociate"),
             "{err}"
         );
         assert!(w.store.load("rn", "c9", "net1").unwrap().is_none());
-        assert_eq!(refusing.location("mlx5_2").as_deref(), Some("host"));
+        assert_eq!(w.rdma.location("mlx5_2"), Some(NsKey::Host));
     }
 }
 
@@ -679,7 +573,6 @@ mod published {
 
     #[test]
     fn device_permissions_apply_after_the_move_and_are_restored_on_del_and_rollback() {
-        let w = World::new(vec![roce_netdev()]);
         let dev = TempDir::new("devdir");
         let uverbs = dev.path().join("uverbs0");
         mknod(
@@ -690,58 +583,44 @@ mod published {
         )
         .unwrap();
         std::fs::set_permissions(&uverbs, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let rdma = FakeRdma::new(Some(NetnsMode::Exclusive), &[("mlx5_0", 3)]);
-        let fields = r#""device":"ens1f0np0","devicePermissions":{"uverbs":"0600"}"#;
-        let run = |command, fail_after: Option<&str>| {
-            let req = w.request(command, fields, POD);
-            let pc = PluginConf::from_conf(&req.conf).unwrap();
-            let ctx = Ctx {
-                kernel: &w.kernel,
-                sys: w.fx.root(),
-                store: &w.store,
-                ipam: &w.ipam,
-                rdma: &rdma,
-                dev_dir: dev.path(),
-                fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
-            };
-            match command {
-                Command::Add => move_dev::add(&ctx, &req, &pc).map(|_| ()),
-                _ => crate::attach::lifecycle::del(&ctx, &req, &pc),
-            }
-        };
-        run(Command::Add, None).unwrap();
+        let w = host(
+            vec![roce_netdev()],
+            Some(NetnsMode::Exclusive),
+            &[("mlx5_0", 3)],
+            r#""device":"ens1f0np0","devicePermissions":{"uverbs":"0600"}"#,
+        )
+        .dev_dir(dev.path())
+        .build();
+        w.run(Command::Add, POD, None).unwrap();
         assert_eq!(mode_of(&uverbs), 0o600);
         let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
         assert_eq!(att.perm_changes.len(), 1);
         assert_eq!(att.perm_changes[0].old_mode & 0o777, 0o666);
-        run(Command::Del, None).unwrap();
+        w.run(Command::Del, POD, None).unwrap();
         assert_eq!(mode_of(&uverbs), 0o666, "restored on DEL");
 
-        run(Command::Add, Some("addresses")).unwrap_err();
+        w.run(Command::Add, POD, fail_after("addresses"))
+            .unwrap_err();
         assert_eq!(mode_of(&uverbs), 0o666, "restored on rollback");
 
         // An unreadable record might be a live attachment's that changed this node too: DEL
         // keeps the node as it is rather than restore it under that pod.
-        run(Command::Add, None).unwrap();
+        w.run(Command::Add, POD, None).unwrap();
         let corrupt = w.store.dir().join("other-net/c1:net2.json");
         std::fs::create_dir_all(corrupt.parent().unwrap()).unwrap();
         std::fs::write(&corrupt, b"{torn").unwrap();
-        run(Command::Del, None).unwrap();
+        w.run(Command::Del, POD, None).unwrap();
         assert_eq!(mode_of(&uverbs), 0o600, "held while a record is unreadable");
         std::fs::remove_file(&corrupt).unwrap();
         std::fs::set_permissions(&uverbs, std::fs::Permissions::from_mode(0o666)).unwrap();
 
         std::fs::remove_file(&uverbs).unwrap();
-        let err = run(Command::Add, None).unwrap_err();
+        let err = w.run(Command::Add, POD, None).unwrap_err();
         assert_eq!(err.code(), 111, "{err}");
         assert!(
             err.to_string().contains("ib_uverbs"),
             "names the module to load: {err}"
         );
-        assert_eq!(
-            rdma.location("mlx5_0").as_deref(),
-            Some("host"),
-            "rolled back"
-        );
+        assert_eq!(w.rdma.location("mlx5_0"), Some(NsKey::Host), "rolled back");
     }
 }

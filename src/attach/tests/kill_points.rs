@@ -3,20 +3,19 @@
 //! stranded. The steps are learnt from a clean run, so a new step is covered the day it lands.
 
 use crate::attach::plan::{Fault, VISITED};
+use crate::attach::tests::kit::{netns_for, World};
 use crate::cni::Command;
-use crate::error::Result;
 
 fn visited() -> Vec<String> {
     VISITED.with(|v| std::mem::take(&mut *v.borrow_mut()))
 }
 
-/// `make` builds a fresh world; `run` runs one command in it with an optional fault;
-/// `assert_clean` checks that nothing is left (its `&str` names the case).
-pub fn every_kill_point<W>(
-    make: impl Fn() -> W,
-    run: impl Fn(&W, Command, Option<Fault>) -> Result<()>,
-    assert_clean: impl Fn(&W, &str),
-) {
+/// `make` builds a fresh world; `assert_clean` checks that nothing is left (its `&str` names
+/// the case).
+pub fn every_kill_point(make: impl Fn() -> World, assert_clean: impl Fn(&World, &str)) {
+    let run = |w: &World, command: Command, fault: Option<Fault>| {
+        w.run(command, netns_for(command), fault).map(drop)
+    };
     let w = make();
     visited();
     run(&w, Command::Add, None).unwrap();
@@ -30,7 +29,7 @@ pub fn every_kill_point<W>(
     assert!(add_steps.len() >= 3, "ADD steps: {add_steps:?}");
     assert!(del_steps.len() >= 2, "DEL steps: {del_steps:?}");
 
-    let recover = |w: &W, case: &str| {
+    let recover = |w: &World, case: &str| {
         for _ in 0..2 {
             run(w, Command::Del, None).unwrap_or_else(|e| panic!("{case}: DEL after it: {e}"));
         }
@@ -82,11 +81,4 @@ pub fn no_temp_files(dir: &std::path::Path, case: &str) {
             }
         }
     }
-}
-
-/// `conf` as a GC request carries it: no attachment is valid any more.
-pub fn gc_conf(conf: &str) -> String {
-    let mut v: serde_json::Value = serde_json::from_str(conf).unwrap();
-    v["cni.dev/valid-attachments"] = serde_json::json!([]);
-    v.to_string()
 }

@@ -1,25 +1,14 @@
 //! Unit tests of move mode over the fake kernel: step order, one-request moves, rollback from
 //! every step, DEL from the pod and from the host, altname and name clashes.
 
-use std::ffi::OsString;
-use std::path::Path;
-
 use nix::errno::Errno;
 
-use crate::attach::config::PluginConf;
-use crate::attach::modes::move_dev;
-use crate::attach::state::Store;
-use crate::attach::testkit::{FakeIpam, FakeKernel, FakeRdma};
-use crate::attach::Ctx;
-use crate::cni::env::RawEnv;
+use crate::attach::testkit::{Call, NsKey, POD};
+use crate::attach::tests::kill_points;
+use crate::attach::tests::kit::{fail_after, TestHost, World};
 use crate::cni::result::{CniResult, IpConfig, Route};
-use crate::cni::{Command, NetConf, Request};
-use crate::kernel::sysfs::SysRoot;
+use crate::cni::Command;
 use crate::kernel::Link;
-use crate::testutil::TempDir;
-
-/// Any real netns file works as the "pod" for the fake: only its path is used as a key.
-const POD: &str = "/proc/self/ns/net";
 
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x07];
 
@@ -37,33 +26,7 @@ fn host_nic() -> Link {
     }
 }
 
-fn request(command: Command, conf: &str, netns: Option<&str>) -> Request {
-    let vars: Vec<(OsString, OsString)> = [
-        ("CNI_COMMAND", command.as_str()),
-        ("CNI_CONTAINERID", "c0ffee"),
-        ("CNI_NETNS", netns.unwrap_or("")),
-        ("CNI_IFNAME", "net1"),
-        ("CNI_PATH", "/nonexistent"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.into(), v.into()))
-    .collect();
-    let env = RawEnv::from_vars(vars).validate(command).unwrap();
-    let conf = NetConf::parse(conf.as_bytes(), command).unwrap();
-    Request {
-        env,
-        conf,
-        stdin: Vec::new(),
-    }
-}
-
-fn conf(data_dir: &Path) -> String {
-    format!(
-        r#"{{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-ns","device":"ens1f0v0","mtu":9000,
-            "dataDir":"{}","ipam":{{"type":"fake"}}}}"#,
-        data_dir.display()
-    )
-}
+const FIELDS: &str = r#""device":"ens1f0v0","mtu":9000"#;
 
 fn ipam_result() -> CniResult {
     CniResult {
@@ -80,124 +43,98 @@ fn ipam_result() -> CniResult {
     }
 }
 
-struct World {
-    _tmp: TempDir,
-    kernel: FakeKernel,
-    ipam: FakeIpam,
-    rdma: FakeRdma,
-    sys: SysRoot,
-    store: Store,
-    conf: String,
+/// The NIC up in the host with an address, to be moved into the pod as `net1`.
+fn world() -> World {
+    TestHost::new("rdma-net", "c0ffee")
+        .links(vec![host_nic()])
+        .address(7, "192.0.2.7/24")
+        .fields(FIELDS)
+        .ipam(ipam_result())
+        .build()
 }
 
-impl World {
-    fn new() -> World {
-        let tmp = TempDir::new("attach");
-        let kernel = FakeKernel::with_host_links(vec![host_nic()]);
-        kernel
-            .state
-            .borrow_mut()
-            .addrs
-            .insert(7, vec!["192.0.2.7/24".parse().unwrap()]);
-        let conf = conf(&tmp.path().join("data"));
-        World {
-            store: Store::new(tmp.path().join("data")),
-            sys: SysRoot::new(tmp.path().join("sys")),
-            rdma: FakeRdma::new(Some(crate::kernel::nldev::NetnsMode::Shared), &[]),
-            kernel,
-            ipam: FakeIpam {
-                result: Some(ipam_result()),
-                ..Default::default()
-            },
-            conf,
-            _tmp: tmp,
+/// The host exactly as before ADD: same name, MTU, admin state, addresses; no record.
+fn assert_host_as_before(w: &World) {
+    let (ns, link) = w.kernel.locate(&MAC).expect("device exists");
+    assert_eq!(ns, NsKey::Host);
+    assert_eq!(link.name, "ens1f0v0");
+    assert_eq!(link.mtu, 1500);
+    assert!(link.up, "admin state restored");
+    assert_eq!(w.kernel.addrs_of(7), vec!["192.0.2.7/24".parse().unwrap()]);
+    assert!(w
+        .store
+        .load("rdma-net", "c0ffee", "net1")
+        .unwrap()
+        .is_none());
+}
+
+/// The NIC's move into the pod (ifindex 7 from the host).
+fn moves_in(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::SetLink {
+            ns: NsKey::Host,
+            index: 7,
+            netns: Some(NsKey::Pod(_)),
+            ..
         }
-    }
+    )
+}
 
-    fn ctx(&self, fail_after: Option<&str>) -> Ctx<'_> {
-        Ctx {
-            kernel: &self.kernel,
-            sys: &self.sys,
-            store: &self.store,
-            ipam: &self.ipam,
-            rdma: &self.rdma,
-            dev_dir: std::path::Path::new("/nonexistent/dev/infiniband"),
-            fault: fail_after.map(|s| crate::attach::plan::Fault::FailAfter(s.to_string())),
+/// The NIC's move back from the pod to the host.
+fn moves_back(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::SetLink {
+            ns: NsKey::Pod(_),
+            index: 7,
+            netns: Some(NsKey::Host),
+            ..
         }
-    }
-
-    fn run_with(
-        &self,
-        command: Command,
-        fault: Option<crate::attach::plan::Fault>,
-    ) -> crate::error::Result<()> {
-        let (netns, conf) = match command {
-            Command::Gc => (None, crate::attach::tests::kill_points::gc_conf(&self.conf)),
-            _ => (Some(POD), self.conf.clone()),
-        };
-        let req = request(command, &conf, netns);
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        let mut ctx = self.ctx(None);
-        ctx.fault = fault;
-        match command {
-            Command::Add => move_dev::add(&ctx, &req, &pc).map(drop),
-            Command::Del => crate::attach::lifecycle::del(&ctx, &req, &pc),
-            _ => crate::attach::gc::gc(&ctx, &req, pc.lock_timeout),
-        }
-    }
-
-    fn add(&self, fail_after: Option<&str>) -> crate::error::Result<CniResult> {
-        let req = request(Command::Add, &self.conf, Some(POD));
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        move_dev::add(&self.ctx(fail_after), &req, &pc)
-    }
-
-    fn del(&self, netns: Option<&str>) -> crate::error::Result<()> {
-        let req = request(Command::Del, &self.conf, netns);
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        crate::attach::lifecycle::del(&self.ctx(None), &req, &pc)
-    }
-
-    /// The host exactly as before ADD: same name, MTU, admin state, addresses; no record.
-    fn assert_host_as_before(&self) {
-        let (ns, link) = self.kernel.locate(&MAC).expect("device exists");
-        assert_eq!(ns, "host");
-        assert_eq!(link.name, "ens1f0v0");
-        assert_eq!(link.mtu, 1500);
-        assert!(link.up, "admin state restored");
-        assert_eq!(
-            self.kernel.addrs_of(7),
-            vec!["192.0.2.7/24".parse().unwrap()]
-        );
-        assert!(self
-            .store
-            .load("rdma-net", "c0ffee", "net1")
-            .unwrap()
-            .is_none());
-    }
+    )
 }
 
 #[test]
 fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
-    let w = World::new();
+    let w = world();
     let result = w.add(None).unwrap();
-    let calls = w.kernel.calls();
-    let moves: Vec<_> = calls.iter().filter(|c| c.contains("netns=")).collect();
+    let calls = w.calls();
+    let moves: Vec<_> = calls
+        .iter()
+        .filter(|c| matches!(c, Call::SetLink { netns: Some(_), .. }))
+        .collect();
     assert_eq!(
         moves,
-        vec![&format!("set_link host 7 netns={POD} name=net1 mtu=9000")]
+        vec![&Call::SetLink {
+            ns: NsKey::Host,
+            index: 7,
+            netns: Some(NsKey::pod()),
+            name: Some("net1".into()),
+            mtu: Some(9000),
+            up: None,
+        }]
     );
-    let pos = |needle: &str| calls.iter().position(|c| c.contains(needle)).unwrap();
-    assert!(pos("netns=") < pos("add_address"));
-    assert!(pos("add_address") < pos("up=true"));
-    assert!(
-        pos("up=true") < pos("add_route"),
-        "routes after up: {calls:?}"
-    );
+    let pos = |what: fn(&Call) -> bool| calls.iter().position(what).unwrap();
+    let addresses = |c: &Call| matches!(c, Call::AddAddress { .. });
+    let up = |c: &Call| {
+        matches!(
+            c,
+            Call::SetLink {
+                ns: NsKey::Pod(_),
+                index: 7,
+                up: Some(true),
+                ..
+            }
+        )
+    };
+    let routes = |c: &Call| matches!(c, Call::AddRoute { .. });
+    assert!(pos(moves_in) < pos(addresses));
+    assert!(pos(addresses) < pos(up));
+    assert!(pos(up) < pos(routes), "routes after up: {calls:?}");
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
-        (POD, "net1", 9000, true)
+        (ns, link.name.as_str(), link.mtu, link.up),
+        (NsKey::pod(), "net1", 9000, true)
     );
     assert_eq!(w.kernel.addrs_of(7), vec!["10.10.0.2/24".parse().unwrap()]);
 
@@ -229,48 +166,81 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
         "gids",
         "state",
     ] {
-        let w = World::new();
-        let err = w.add(Some(step)).unwrap_err();
+        let w = world();
+        let err = w.add(fail_after(step)).unwrap_err();
         assert!(err.to_string().contains(step), "{step}: {err}");
-        w.assert_host_as_before();
+        assert_host_as_before(&w);
         // IPAM ADD runs beside the intent record and the move: released after any step.
         let ipam_calls = w.ipam.calls.lock().unwrap().clone();
         assert_eq!(ipam_calls, vec!["add", "del"], "{step}: IPAM released");
     }
 }
 
+/// (what is refused, the calls that are, the errno they get)
+type Refusal = (&'static str, fn(&Call) -> bool, Errno);
+
 #[test]
 fn a_kernel_refusal_at_any_kernel_step_rolls_back() {
-    for (call, errno) in [
-        ("set_link host 7 netns=", Errno::EBUSY),
-        ("add_address /proc/self/ns/net", Errno::EADDRNOTAVAIL),
-        ("/proc/self/ns/net 7 up=true", Errno::ENETDOWN),
-        ("add_route", Errno::ENETUNREACH),
-    ] {
-        let w = World::new();
-        w.kernel.fail_on(call, errno);
+    let cases: [Refusal; 4] = [
+        ("the move", moves_in, Errno::EBUSY),
+        (
+            "an address in the pod",
+            |c| {
+                matches!(
+                    c,
+                    Call::AddAddress {
+                        ns: NsKey::Pod(_),
+                        ..
+                    }
+                )
+            },
+            Errno::EADDRNOTAVAIL,
+        ),
+        (
+            "up in the pod",
+            |c| {
+                *c == Call::SetLink {
+                    ns: NsKey::pod(),
+                    index: 7,
+                    netns: None,
+                    name: None,
+                    mtu: None,
+                    up: Some(true),
+                }
+            },
+            Errno::ENETDOWN,
+        ),
+        (
+            "a route",
+            |c| matches!(c, Call::AddRoute { .. }),
+            Errno::ENETUNREACH,
+        ),
+    ];
+    for (call, refused, errno) in cases {
+        let w = world();
+        w.kernel.fail_when(refused, errno);
         let err = w.add(None).unwrap_err();
         assert_eq!(err.code(), 105, "{call}: {err}");
         assert!(err.to_string().contains(errno.desc()), "{call}: {err}");
-        w.assert_host_as_before();
+        assert_host_as_before(&w);
     }
 }
 
 #[test]
 fn a_move_that_failed_half_way_is_still_rolled_back() {
-    let w = World::new();
-    w.kernel.state.borrow_mut().partial_rename_failure = Some("set_link host 7 netns=".into());
+    let w = world();
+    w.kernel.fail_rename_after_move_when(moves_in);
     let err = w.add(None).unwrap_err();
     assert_eq!(err.code(), 105, "{err}");
-    w.assert_host_as_before();
+    assert_host_as_before(&w);
 }
 
 #[test]
 fn an_undo_that_fails_is_reported_with_the_cause() {
-    let w = World::new();
-    w.kernel.fail_on("add_route", Errno::ENETUNREACH);
+    let w = world();
     w.kernel
-        .fail_on(&format!("set_link {POD} 7 netns=host"), Errno::EIO);
+        .fail_when(|c| matches!(c, Call::AddRoute { .. }), Errno::ENETUNREACH);
+    w.kernel.fail_when(moves_back, Errno::EIO);
     let err = w.add(None).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("adding route"), "{text}");
@@ -280,19 +250,17 @@ fn an_undo_that_fails_is_reported_with_the_cause() {
 
 #[test]
 fn an_ipam_failure_brings_back_what_moved_beside_it() {
-    let mut w = World::new();
+    let mut w = world();
     w.ipam.fail_add = true;
     let err = w.add(None).unwrap_err();
     assert_eq!(err.code(), 11, "IPAM's own code passes through: {err}");
-    let calls = w.kernel.calls();
+    let calls = w.calls();
     let moved_in = calls
         .iter()
-        .position(|c| c.starts_with("set_link host 7 netns="))
+        .position(moves_in)
         .expect("the move ran beside IPAM ADD");
     assert!(
-        calls[moved_in..]
-            .iter()
-            .any(|c| c.starts_with(&format!("set_link {POD} 7 netns=host"))),
+        calls[moved_in..].iter().any(moves_back),
         "and was undone: {calls:?}"
     );
     assert_eq!(
@@ -300,14 +268,14 @@ fn an_ipam_failure_brings_back_what_moved_beside_it() {
         vec!["add"],
         "no DEL for a failed ADD"
     );
-    w.assert_host_as_before();
+    assert_host_as_before(&w);
 }
 
 #[test]
 fn an_ifname_taken_in_the_pod_is_refused_before_anything_moves() {
-    let w = World::new();
+    let w = world();
     w.kernel.state.borrow_mut().links.push((
-        POD.into(),
+        NsKey::pod(),
         Link {
             index: 3,
             name: "net1".into(),
@@ -319,38 +287,50 @@ fn an_ifname_taken_in_the_pod_is_refused_before_anything_moves() {
     assert_eq!(err.code(), 103, "{err}");
     assert!(err.to_string().contains("net1"), "{err}");
     assert_eq!(w.ipam.calls.lock().unwrap().len(), 0);
-    w.assert_host_as_before();
+    assert_host_as_before(&w);
 }
 
 #[test]
 fn del_brings_the_device_back_down_with_name_and_mtu_and_is_idempotent() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
-    w.del(Some(POD)).unwrap();
+    w.run(Command::Del, POD, None).unwrap();
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.mtu, link.up),
-        ("host", "ens1f0v0", 1500, false)
+        (ns, link.name.as_str(), link.mtu, link.up),
+        (NsKey::Host, "ens1f0v0", 1500, false)
     );
     let back: Vec<_> = w
-        .kernel
         .calls()
         .into_iter()
-        .filter(|c| c.contains("netns=host"))
+        .filter(|c| {
+            matches!(
+                c,
+                Call::SetLink {
+                    netns: Some(NsKey::Host),
+                    ..
+                }
+            )
+        })
         .collect();
     assert_eq!(
         back,
-        vec![format!(
-            "set_link {POD} 7 netns=host name=ens1f0v0 mtu=1500"
-        )]
+        vec![Call::SetLink {
+            ns: NsKey::pod(),
+            index: 7,
+            netns: Some(NsKey::Host),
+            name: Some("ens1f0v0".into()),
+            mtu: Some(1500),
+            up: None,
+        }]
     );
     assert!(w
         .store
         .load("rdma-net", "c0ffee", "net1")
         .unwrap()
         .is_none());
-    w.del(Some(POD)).unwrap();
-    w.del(None).unwrap();
+    w.run(Command::Del, POD, None).unwrap();
+    w.run(Command::Del, "", None).unwrap();
     assert_eq!(
         *w.ipam.calls.lock().unwrap(),
         vec!["add", "del", "del", "del"],
@@ -360,34 +340,34 @@ fn del_brings_the_device_back_down_with_name_and_mtu_and_is_idempotent() {
 
 #[test]
 fn del_after_the_netns_died_renames_the_returned_device_in_the_host() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
     // What the kernel does to a physical netdev when its netns dies: back to the host, still
     // named as in the pod, down.
     {
         let mut st = w.kernel.state.borrow_mut();
         let entry = st.links.iter_mut().find(|(_, l)| l.hwaddr == MAC).unwrap();
-        entry.0 = "host".into();
+        entry.0 = NsKey::Host;
         entry.1.up = false;
     }
-    w.del(None).unwrap();
+    w.run(Command::Del, "", None).unwrap();
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
     assert_eq!(
-        (ns.as_str(), link.name.as_str(), link.mtu),
-        ("host", "ens1f0v0", 1500)
+        (ns, link.name.as_str(), link.mtu),
+        (NsKey::Host, "ens1f0v0", 1500)
     );
 }
 
 #[test]
 fn del_when_the_device_vanished_with_its_netns_succeeds() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
     w.kernel
         .state
         .borrow_mut()
         .links
         .retain(|(_, l)| l.hwaddr != MAC);
-    w.del(None).unwrap();
+    w.run(Command::Del, "", None).unwrap();
     assert!(w
         .store
         .load("rdma-net", "c0ffee", "net1")
@@ -397,29 +377,37 @@ fn del_when_the_device_vanished_with_its_netns_succeeds() {
 
 #[test]
 fn a_lingering_altname_is_dropped_before_renaming_back() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
     {
         let mut st = w.kernel.state.borrow_mut();
         let entry = st.links.iter_mut().find(|(_, l)| l.hwaddr == MAC).unwrap();
         entry.1.altnames.push("ens1f0v0".into());
     }
-    w.del(Some(POD)).unwrap();
-    let calls = w.kernel.calls();
+    w.run(Command::Del, POD, None).unwrap();
+    let calls = w.calls();
     let drop_pos = calls
         .iter()
-        .position(|c| c.starts_with("del_altname") && c.ends_with("ens1f0v0"));
-    let move_pos = calls.iter().position(|c| c.contains("netns=host"));
+        .position(|c| matches!(c, Call::DelAltname { altname, .. } if altname == "ens1f0v0"));
+    let move_pos = calls.iter().position(|c| {
+        matches!(
+            c,
+            Call::SetLink {
+                netns: Some(NsKey::Host),
+                ..
+            }
+        )
+    });
     assert!(drop_pos.unwrap() < move_pos.unwrap(), "{calls:?}");
     assert_eq!(w.kernel.locate(&MAC).unwrap().1.name, "ens1f0v0");
 }
 
 #[test]
 fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
     w.kernel.state.borrow_mut().links.push((
-        "host".into(),
+        NsKey::Host,
         Link {
             index: 40,
             name: "ens1f0v0".into(),
@@ -427,11 +415,11 @@ fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so(
             ..Default::default()
         },
     ));
-    let err = w.del(Some(POD)).unwrap_err();
+    let err = w.run(Command::Del, POD, None).unwrap_err();
     assert_eq!(err.code(), 102, "{err}");
     assert!(err.to_string().contains("rdmans7"), "{err}");
     let (ns, link) = w.kernel.locate(&MAC).unwrap();
-    assert_eq!((ns.as_str(), link.name.as_str()), ("host", "rdmans7"));
+    assert_eq!((ns, link.name.as_str()), (NsKey::Host, "rdmans7"));
     assert!(
         w.store
             .load("rdma-net", "c0ffee", "net1")
@@ -443,27 +431,25 @@ fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so(
 
 #[test]
 fn a_device_held_by_another_live_attachment_is_refused_naming_the_holder() {
-    let w = World::new();
+    let w = world();
     w.add(None).unwrap();
-    let other = conf(w.store.dir()).replace("rdma-net", "other-net");
-    let req = request(Command::Add, &other, Some(POD));
-    let pc = PluginConf::from_conf(&req.conf).unwrap();
-    let err = move_dev::add(&w.ctx(None), &req, &pc).unwrap_err();
+    let other = w.conf(Command::Add).replace("rdma-net", "other-net");
+    let req = w.request_with_conf(Command::Add, &other, POD);
+    let err = w.dispatch(&req, None).unwrap_err();
     assert_eq!(err.code(), 102, "{err}");
     assert!(err.to_string().contains("container c0ffee"), "{err}");
 }
 
 #[test]
 fn check_verifies_presence_mtu_and_prev_result_addresses() {
-    let w = World::new();
+    let w = world();
     let result = w.add(None).unwrap();
     let prev = result.to_value("1.1.0").unwrap();
-    let mut conf: serde_json::Value = serde_json::from_str(&w.conf).unwrap();
+    let mut conf: serde_json::Value = serde_json::from_str(&w.conf(Command::Check)).unwrap();
     conf["prevResult"] = prev;
     let conf = conf.to_string();
-    let req = request(Command::Check, &conf, Some(POD));
-    let pc = PluginConf::from_conf(&req.conf).unwrap();
-    move_dev::check(&w.ctx(None), &req, &pc).unwrap();
+    let req = w.request_with_conf(Command::Check, &conf, POD);
+    w.dispatch(&req, None).unwrap();
 
     w.kernel
         .state
@@ -472,7 +458,7 @@ fn check_verifies_presence_mtu_and_prev_result_addresses() {
         .get_mut(&7)
         .unwrap()
         .clear();
-    let err = move_dev::check(&w.ctx(None), &req, &pc).unwrap_err();
+    let err = w.dispatch(&req, None).unwrap_err();
     assert_eq!(err.code(), 108);
     assert!(err.to_string().contains("10.10.0.2/24"), "{err}");
 
@@ -482,33 +468,29 @@ fn check_verifies_presence_mtu_and_prev_result_addresses() {
         .links
         .iter_mut()
         .for_each(|(_, l)| l.mtu = 1400);
-    let err = move_dev::check(&w.ctx(None), &req, &pc).unwrap_err();
+    let err = w.dispatch(&req, None).unwrap_err();
     assert!(err.to_string().contains("MTU 1400"), "{err}");
 }
 
 #[test]
 fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
-    crate::attach::tests::kill_points::every_kill_point(
-        World::new,
-        |w, command, fault| w.run_with(command, fault),
-        |w, case| {
-            let (ns, link) = w.kernel.locate(&MAC).expect("device exists");
-            assert_eq!(
-                (ns.as_str(), link.name.as_str(), link.mtu),
-                ("host", "ens1f0v0", 1500),
-                "{case}: the device back under its name and MTU"
-            );
-            assert!(
-                w.store
-                    .load("rdma-net", "c0ffee", "net1")
-                    .unwrap()
-                    .is_none(),
-                "{case}: record left"
-            );
-            crate::attach::tests::kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
-            crate::attach::tests::kill_points::no_temp_files(w.store.dir(), case);
-        },
-    );
+    kill_points::every_kill_point(world, |w, case| {
+        let (ns, link) = w.kernel.locate(&MAC).expect("device exists");
+        assert_eq!(
+            (ns, link.name.as_str(), link.mtu),
+            (NsKey::Host, "ens1f0v0", 1500),
+            "{case}: the device back under its name and MTU"
+        );
+        assert!(
+            w.store
+                .load("rdma-net", "c0ffee", "net1")
+                .unwrap()
+                .is_none(),
+            "{case}: record left"
+        );
+        kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), case);
+        kill_points::no_temp_files(w.store.dir(), case);
+    });
 }
 
 /// A pod netns that died with no DEL: the kernel returned the physical netdev to the host under
@@ -518,7 +500,7 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
 fn an_orphan_whose_netns_died_is_released_from_its_record() {
     use crate::attach::operations::{netns_state, orphan_del, NetnsState};
     for returned_as in ["net1", "dev7"] {
-        let w = World::new();
+        let w = world();
         w.add(None).unwrap();
         let mut att = w.store.load("rdma-net", "c0ffee", "net1").unwrap().unwrap();
         assert_eq!(
@@ -530,22 +512,22 @@ fn an_orphan_whose_netns_died_is_released_from_its_record() {
             let mut st = w.kernel.state.borrow_mut();
             let dev = st.links.iter_mut().find(|(_, l)| l.hwaddr == MAC).unwrap();
             assert_eq!((dev.1.name.as_str(), dev.1.mtu), ("net1", 9000));
-            dev.0 = "host".into();
+            dev.0 = NsKey::Host;
             dev.1.name = returned_as.into();
         }
         att.netns = "/run/netns/rdma-ns-test-gone".into();
-        att.conf = Some(serde_json::from_str(&w.conf).unwrap());
+        att.conf = Some(serde_json::from_str(&w.conf(Command::Add)).unwrap());
         w.store.save(&att).unwrap();
         assert_eq!(netns_state(&att), NetnsState::Gone);
 
         let req = orphan_del(&att, w.store.dir()).unwrap();
         assert_eq!(req.env.netns, None);
-        let pc = PluginConf::from_conf(&req.conf).unwrap();
-        crate::attach::lifecycle::del(&w.ctx(None), &req, &pc).unwrap();
+        assert_eq!(req.env.command, Command::Del);
+        w.dispatch(&req, None).unwrap();
         let (ns, link) = w.kernel.locate(&MAC).unwrap();
         assert_eq!(
-            (ns.as_str(), link.name.as_str(), link.mtu),
-            ("host", "ens1f0v0", 1500),
+            (ns, link.name.as_str(), link.mtu),
+            (NsKey::Host, "ens1f0v0", 1500),
             "{returned_as}: name and MTU restored"
         );
         assert!(w
@@ -553,9 +535,6 @@ fn an_orphan_whose_netns_died_is_released_from_its_record() {
             .load("rdma-net", "c0ffee", "net1")
             .unwrap()
             .is_none());
-        crate::attach::tests::kill_points::ipam_released(
-            &w.ipam.calls.lock().unwrap(),
-            returned_as,
-        );
+        kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), returned_as);
     }
 }
