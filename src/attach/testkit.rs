@@ -18,7 +18,7 @@ use ipnetwork::IpNetwork;
 
 use crate::attach::IpamOps;
 use crate::cni::result::CniResult;
-use crate::cni::Request;
+use crate::cni::{Command, Request};
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
@@ -628,18 +628,18 @@ impl NetOps for FakeKernel {
     }
 }
 
-/// An IPAM that hands out a fixed result and logs what it was asked.
+/// An IPAM that hands out a fixed result and logs the CNI command of each call it got.
 #[derive(Default)]
 pub struct FakeIpam {
     pub result: Option<CniResult>,
     pub fail_add: bool,
     pub fail_del: bool,
-    pub calls: Mutex<Vec<&'static str>>,
+    pub calls: Mutex<Vec<Command>>,
 }
 
 impl IpamOps for FakeIpam {
     fn add(&self, _req: &Request) -> Result<Option<CniResult>> {
-        self.calls.lock().unwrap().push("add");
+        self.calls.lock().unwrap().push(Command::Add);
         if self.fail_add {
             return Err(Error::Delegated {
                 plugin: "fake".into(),
@@ -651,7 +651,7 @@ impl IpamOps for FakeIpam {
         Ok(self.result.clone())
     }
     fn del(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push("del");
+        self.calls.lock().unwrap().push(Command::Del);
         if self.fail_del {
             return Err(Error::Delegated {
                 plugin: "fake".into(),
@@ -663,15 +663,15 @@ impl IpamOps for FakeIpam {
         Ok(())
     }
     fn check(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push("check");
+        self.calls.lock().unwrap().push(Command::Check);
         Ok(())
     }
     fn status(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push("status");
+        self.calls.lock().unwrap().push(Command::Status);
         Ok(())
     }
     fn gc(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push("gc");
+        self.calls.lock().unwrap().push(Command::Gc);
         Ok(())
     }
 }

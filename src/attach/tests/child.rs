@@ -309,7 +309,10 @@ fn a_name_taken_in_the_pod_is_refused_cleanly() {
     let err = w.run(Command::Add, POD, None).unwrap_err();
     assert_eq!(err.code(), 103, "{err}");
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
-    assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
+    assert_eq!(
+        *w.ipam.calls.lock().unwrap(),
+        vec![Command::Add, Command::Del]
+    );
 }
 
 #[test]
@@ -322,7 +325,7 @@ fn an_ipam_failure_beside_the_create_deletes_the_child_and_the_record() {
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
     assert_eq!(
         *w.ipam.calls.lock().unwrap(),
-        vec!["add"],
+        vec![Command::Add],
         "nothing to release"
     );
 }
@@ -341,7 +344,10 @@ fn an_intent_record_that_cannot_be_written_releases_ipam_and_creates_nothing() {
             .any(|c| matches!(c, Call::CreateLink { .. })),
         "no kernel change without a durable intent"
     );
-    assert_eq!(*w.ipam.calls.lock().unwrap(), vec!["add", "del"]);
+    assert_eq!(
+        *w.ipam.calls.lock().unwrap(),
+        vec![Command::Add, Command::Del]
+    );
 }
 
 #[test]

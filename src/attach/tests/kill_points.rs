@@ -54,9 +54,9 @@ pub fn every_kill_point(make: impl Fn() -> World, assert_clean: impl Fn(&World, 
 }
 
 /// IPAM is balanced: after the last ADD there was a DEL.
-pub fn ipam_released(calls: &[&str], case: &str) {
-    let last_add = calls.iter().rposition(|c| *c == "add");
-    let last_del = calls.iter().rposition(|c| *c == "del");
+pub fn ipam_released(calls: &[Command], case: &str) {
+    let last_add = calls.iter().rposition(|c| *c == Command::Add);
+    let last_del = calls.iter().rposition(|c| *c == Command::Del);
     if let Some(a) = last_add {
         assert!(
             last_del.is_some_and(|d| d > a),

@@ -172,7 +172,11 @@ fn a_failure_after_any_step_leaves_the_host_exactly_as_before() {
         assert_host_as_before(&w);
         // IPAM ADD runs beside the intent record and the move: released after any step.
         let ipam_calls = w.ipam.calls.lock().unwrap().clone();
-        assert_eq!(ipam_calls, vec!["add", "del"], "{step}: IPAM released");
+        assert_eq!(
+            ipam_calls,
+            vec![Command::Add, Command::Del],
+            "{step}: IPAM released"
+        );
     }
 }
 
@@ -265,7 +269,7 @@ fn an_ipam_failure_brings_back_what_moved_beside_it() {
     );
     assert_eq!(
         *w.ipam.calls.lock().unwrap(),
-        vec!["add"],
+        vec![Command::Add],
         "no DEL for a failed ADD"
     );
     assert_host_as_before(&w);
@@ -333,7 +337,7 @@ fn del_brings_the_device_back_down_with_name_and_mtu_and_is_idempotent() {
     w.run(Command::Del, "", None).unwrap();
     assert_eq!(
         *w.ipam.calls.lock().unwrap(),
-        vec!["add", "del", "del", "del"],
+        vec![Command::Add, Command::Del, Command::Del, Command::Del],
         "IPAM DEL always runs"
     );
 }
