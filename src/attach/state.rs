@@ -1401,4 +1401,181 @@ mod tests {
         assert_eq!(chained.pod_interface(), None);
         assert_eq!(chained.device_id.as_deref(), Some("0000:3b:00.3"));
     }
+
+    /// The frozen schema-2 records under testdata/records-schema-2, one directory per case.
+    fn schema_2_record(case: &str, file: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/attach/testdata/records-schema-2")
+            .join(case)
+            .join(file)
+    }
+
+    /// The on-disk format may not drift: records of every mode as ADD wrote them before the
+    /// typed form (frozen under testdata/records-schema-2: intent, update and ready lines) load
+    /// as their mode's state with their contents, and every line encodes back to the same
+    /// bytes, so older binaries read what this one writes.
+    #[test]
+    fn records_of_schema_2_load_as_their_mode_and_save_byte_for_byte() {
+        use crate::attach::config::Mode;
+        use crate::attach::gids::GidView;
+        let cases = [
+            ("move", "c0ffee:net1.json", Mode::Move),
+            ("move-exclusive-ib", "c9:net1.json", Mode::Move),
+            ("macvlan", "c1:net1.json", Mode::Macvlan),
+            ("ipoib", "c1:net1.json", Mode::Ipoib),
+            ("chained-rdma", "c9:net1.json", Mode::Rdma),
+        ];
+        let tmp = TempDir::new("state-schema-2");
+        let store = Store::new(tmp.path());
+        let mut loaded = std::collections::HashMap::new();
+        for (case, file, mode) in cases {
+            let path = schema_2_record(case, file);
+            let text = fs::read(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
+            let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+            assert!(lines.len() >= 2, "{case}: intent and ready lines");
+            for line in &lines {
+                let att: Attachment =
+                    serde_json::from_slice(line).unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(att.schema, SCHEMA, "{case}");
+                assert_eq!(att.mode, mode, "{case}");
+                assert!(att.mode_state.fits(mode), "{case}: {:?}", att.mode_state);
+                assert_eq!(
+                    String::from_utf8(record_line(&att).unwrap()).unwrap(),
+                    String::from_utf8(line.to_vec()).unwrap(),
+                    "{case}: a line encodes back to itself"
+                );
+            }
+            let att = read_record(&path).unwrap().unwrap();
+            assert_eq!(att.phase, Phase::Ready, "{case}: the last line counts");
+            store.save(&att).unwrap();
+            let saved = fs::read(
+                tmp.path()
+                    .join(&att.network)
+                    .join(format!("{}:{}.json", att.container_id, att.ifname)),
+            )
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(saved).unwrap(),
+                String::from_utf8(lines.last().unwrap().to_vec()).unwrap(),
+                "{case}: saving the loaded record writes it back unchanged"
+            );
+            store
+                .remove(&att.network, &att.container_id, &att.ifname)
+                .unwrap();
+            loaded.insert(case, att);
+        }
+
+        let mv = loaded["move"].moved().expect("a moved device");
+        assert_eq!(
+            (mv.host.name.as_str(), mv.host.ifindex, mv.host.mtu),
+            ("ens1f0v0", 7, 1500)
+        );
+        assert_eq!(mv.host.addresses, vec!["192.0.2.7/24".to_string()]);
+        assert_eq!(mv.rdma, None);
+        assert_eq!(
+            (mv.pod_interface.ifindex, mv.pod_interface.mtu),
+            (Some(7), Some(9000))
+        );
+        assert!(mv.pod_interface.ipam_result.is_some());
+
+        let ib = loaded["move-exclusive-ib"].moved().expect("a moved device");
+        assert_eq!(
+            ib.rdma
+                .as_ref()
+                .map(|r| (r.ibdev.as_str(), r.index, r.infiniband)),
+            Some(("mlx5_0", 3, false))
+        );
+        assert_eq!(ib.pod_interface.gid_view, Some(GidView::Pod));
+        assert!(ib.pod_interface.gids.is_empty());
+
+        let mac = loaded["macvlan"].child().expect("a child");
+        assert_eq!(
+            (mac.child.kind.as_str(), mac.child.hwaddr.as_deref()),
+            ("macvlan", Some("42:75:18:bf:af:c2"))
+        );
+        assert_eq!(
+            (mac.parent.name.as_str(), mac.parent.ifindex),
+            ("ens1f0np0", 4)
+        );
+        assert_eq!(
+            (mac.pod_interface.ifindex, mac.pod_interface.mtu),
+            (Some(5), Some(1500))
+        );
+        assert_eq!(mac.pod_interface.gids[0].index, 6);
+        assert_eq!(mac.pod_interface.gid_view, Some(GidView::Host));
+
+        let ipoib = loaded["ipoib"].child().expect("a child");
+        assert_eq!(ipoib.child.kind, "ipoib");
+        assert!(ipoib.child.ipoib.is_some());
+        assert_eq!(
+            (ipoib.parent.name.as_str(), ipoib.parent.ifindex),
+            ("ib0", 5)
+        );
+        assert_eq!(
+            (ipoib.pod_interface.ifindex, ipoib.pod_interface.mtu),
+            (Some(6), Some(65520))
+        );
+
+        let chained = &loaded["chained-rdma"];
+        let state = chained.chained().expect("a chained ib device");
+        assert_eq!(state.function, "0000:3b:00.2");
+        assert_eq!((state.rdma.ibdev.as_str(), state.rdma.index), ("mlx5_2", 9));
+        assert_eq!(
+            (state.prev_mac.as_deref(), state.prev_mtu),
+            (Some("02:00:00:00:00:0a"), None),
+            "prevResult gave a MAC and no MTU"
+        );
+        assert_eq!(chained.pod_interface(), None);
+        assert!(chained.device_info_file.is_some());
+        assert_eq!(chained.pci_function(), Some("0000:3b:00.2"));
+    }
+
+    /// A record whose mode and fields disagree names DEL nothing to release: it is refused,
+    /// naming the file, the mode and the missing field, also when an intact intent line precedes
+    /// it (that is no torn tail), and listed as unreadable, which keeps what it may hold (device
+    /// permissions stay while any record is unreadable).
+    #[test]
+    fn a_record_whose_mode_lacks_its_fields_is_refused_naming_the_field() {
+        let tmp = TempDir::new("state-mismatch");
+        let store = Store::new(tmp.path());
+        store.ensure_dir(Some("n")).unwrap();
+        let path = tmp.path().join("n/c1:net1.json");
+        let frozen = |case: &str, file: &str| -> Vec<serde_json::Value> {
+            fs::read_to_string(schema_2_record(case, file))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        // The case, its frozen file, its mode, and the field taken out of its last line.
+        let cases = [
+            ("macvlan", "c1:net1.json", "macvlan", "child"),
+            ("chained-rdma", "c9:net1.json", "rdma", "rdma"),
+            ("chained-rdma", "c9:net1.json", "rdma", "host.pci"),
+        ];
+        for (case, file, mode, field) in cases {
+            let lines = frozen(case, file);
+            let (intent, mut last) = (lines[0].clone(), lines.last().unwrap().clone());
+            let (outer, inner) = field.split_once('.').unwrap_or(("", field));
+            let holder = if outer.is_empty() {
+                &mut last
+            } else {
+                &mut last[outer]
+            };
+            assert!(holder.as_object_mut().unwrap().remove(inner).is_some());
+            let field = &format!("`{field}`");
+            let text = format!("{intent}\n{last}\n");
+            fs::write(&path, text).unwrap();
+            let err = store.load("n", "c1", "net1").unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(err.code(), 106, "{msg}");
+            for part in ["c1:net1.json", &format!("mode \"{mode}\""), field.as_str()] {
+                assert!(msg.contains(part), "{case}: {part} missing from: {msg}");
+            }
+            let (held, unreadable) = store.list_all();
+            assert_eq!((held.len(), unreadable.len()), (0, 1), "{case}");
+            let direct = serde_json::from_value::<Attachment>(last).unwrap_err();
+            assert!(direct.to_string().contains(field), "{direct}");
+        }
+    }
 }
