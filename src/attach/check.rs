@@ -53,10 +53,13 @@ pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<crate:
 
 /// CHECK's GID part: every recorded GID still holds its IP at its index.
 pub fn check_gids(sys: &SysRoot, ns: &Netns, att: &Attachment) -> Result<()> {
-    match att.gid_view {
-        Some(view) if !att.gids.is_empty() => {
+    let Some(pod_interface) = att.pod_interface() else {
+        return Ok(());
+    };
+    match pod_interface.gid_view {
+        Some(view) if !pod_interface.gids.is_empty() => {
             let ifname = att.ifname.clone();
-            let gids = att.gids.clone();
+            let gids = pod_interface.gids.clone();
             with_view(sys, view, ns, move |s| verify_gids(s, &gids, &ifname))
         }
         _ => Ok(()),

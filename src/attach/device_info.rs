@@ -279,12 +279,12 @@ pub fn write_device_info<'a>(
     let Some(path) = path_from_conf(&req.conf)? else {
         return plan.checkpoint("device-info");
     };
-    let info = match (&att.host.pci, ib_devices) {
+    let info = match (att.pci_function(), ib_devices) {
         (Some(pci), _) => for_pci(&RdmaSysfs::new(ctx.sys), pci)?,
         (None, []) => {
             crate::log_info!(
                 "{}: no PCI function and no ib device, so no device-info file is written at {}",
-                att.host.name,
+                att.netdev_name(),
                 path.display()
             );
             return plan.checkpoint("device-info");

@@ -234,8 +234,9 @@ pub fn release_all(ctx: &Ctx<'_>, att: &Attachment, errors: &mut Vec<Error>) {
     }
 }
 
-/// The last step of an ADD: the record becomes `ready` (with the IPAM result, for DEL without
-/// prevResult) and the result describes the pod interface, every IP on it.
+/// The last step of an ADD of a mode that made the pod interface (move, macvlan, ipoib): the
+/// record becomes `ready` (with the IPAM result, for DEL without prevResult) and the result
+/// describes the pod interface, every IP on it.
 pub fn finish_add<'a>(
     ctx: &'a crate::attach::Ctx<'a>,
     req: &crate::cni::Request,
@@ -246,11 +247,19 @@ pub fn finish_add<'a>(
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
     att.phase = crate::attach::state::Phase::Ready;
-    att.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
+    let ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
         None
     } else {
         Some(result.to_value("1.1.0")?)
     };
+    let mode = att.mode.as_str();
+    let pod_interface = att.pod_interface_mut().ok_or_else(|| {
+        Error::State(format!(
+            "{}: mode {mode} makes no pod interface to finish",
+            req.env.ifname
+        ))
+    })?;
+    pod_interface.ipam_result = ipam_result;
     ctx.store.update(att)?;
     plan.checkpoint("state")?;
 
@@ -259,7 +268,7 @@ pub fn finish_add<'a>(
         mac: Some(link.hwaddr_string()),
         mtu: Some(link.mtu),
         sandbox: Some(netns.path().display().to_string()),
-        pci_id: att.host.pci.clone(),
+        pci_id: att.pci_function().map(str::to_string),
         ..Default::default()
     }];
     for ip in &mut result.ips {

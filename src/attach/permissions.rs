@@ -624,7 +624,7 @@ pub fn apply_permissions<'a>(
         return Err(Error::DevicePermission(format!(
             "devicePermissions asks for uverbs/umad/issm modes, but {} has no ib device: remove \
              those keys or select an RDMA netdev",
-            att.host.name
+            att.netdev_name()
         )));
     }
     let lock = ctx

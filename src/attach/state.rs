@@ -61,66 +61,290 @@ pub struct HostDevice {
     pub addresses: Vec<String>,
 }
 
-/// One attachment: everything DEL, CHECK and GC need without prevResult.
+/// One attachment: everything DEL, CHECK and GC need without prevResult. What every mode
+/// records is here; what one mode has (a moved host device, a child and its parent, a chained
+/// ib device) is in [`ModeState`], so a record cannot hold what its mode never writes.
+///
+/// On disk a record is the flat [`RecordWire`] document every release since 0.1.0 writes and
+/// reads: older binaries must still read records written now (a node rolled back can DEL what
+/// this binary attached) and this one theirs, so the typed form is converted to and from that
+/// layout instead of changing it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
+#[serde(try_from = "RecordWire", into = "RecordWire")]
 pub struct Attachment {
     /// The record format: absent in records of 0.1.0 (read as 1), [`SCHEMA`] when written now.
-    #[serde(default = "schema_of_unversioned")]
     pub schema: u32,
     /// The rdma-ns version that wrote the record.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<String>,
     pub network: String,
     pub container_id: String,
     pub ifname: String,
     /// The pod as the runtime named it in CNI_ARGS (Kubernetes runtimes and Multus do).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+    /// The conf's mode: picks the driver that releases the attachment, and agrees with
+    /// `mode_state` (move: [`ModeState::Move`], macvlan and ipoib: [`ModeState::Child`], rdma:
+    /// [`ModeState::Chained`]).
     pub mode: crate::attach::config::Mode,
     pub phase: Phase,
     pub netns: String,
     /// The pod netns's identity (nsfs device and inode) at ADD: a path reused by another netns
     /// later is not mistaken for this pod's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns_id: Option<NetnsId>,
     pub device_key: String,
-    pub host: HostDevice,
-    /// The device's ifindex inside the pod (usually unchanged by the move).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_ifindex: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_mtu: Option<u32>,
-    /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipam_result: Option<serde_json::Value>,
-    /// Child-interface modes (macvlan, ipoib): what was created. `host` is then the parent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub child: Option<ChildRecord>,
-    /// The ib device moved along (exclusive netns mode), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma: Option<crate::attach::ib_device::RdmaRecord>,
-    /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gids: Vec<crate::attach::gids::GidRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gid_view: Option<crate::attach::gids::GidView>,
+    /// What this mode attached.
+    pub mode_state: ModeState,
     /// Char-device permission changes (conf devicePermissions), restored on release.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub perm_changes: Vec<crate::attach::permissions::PermChange>,
     /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<String>,
     /// The device plugin's ID as Multus passed it (`runtimeConfig.deviceID`, `deviceID` or
     /// `pciBusID`), also when it selected nothing (a shared device plugin's index).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
     /// The network configuration ADD got (IPAM included) and its CNI_PATH: what a DEL needs
     /// when no runtime will send one (`rdma-ns reconcile`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conf: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cni_path: Vec<String>,
+}
+
+/// What one mode attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModeState {
+    /// Mode `move`: a host netdev moved into the pod.
+    Move(MoveState),
+    /// Modes `macvlan` and `ipoib`: a child of a host netdev, created in the pod.
+    Child(ChildState),
+    /// Mode `rdma`: the previous plugin in the chain owns the pod netdev; only the ib device of
+    /// its PCI function is this attachment's.
+    Chained(ChainedState),
+}
+
+/// Mode `move`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveState {
+    /// The device as it was in the host: what DEL restores.
+    pub host: HostDevice,
+    /// The ib device moved along (exclusive netns mode), if any.
+    pub rdma: Option<crate::attach::ib_device::RdmaRecord>,
+    pub pod_interface: PodInterface,
+}
+
+/// Modes `macvlan` and `ipoib`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildState {
+    /// The host netdev the child was created on.
+    pub parent: HostDevice,
+    pub child: ChildRecord,
+    pub pod_interface: PodInterface,
+}
+
+/// Mode `rdma`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainedState {
+    /// The PCI function (a VF) whose ib device went into the pod: the device-info file and
+    /// `rdma-ns list` name it.
+    pub function: String,
+    /// The ib device moved into the pod: what DEL moves back and CHECK looks for.
+    pub rdma: crate::attach::ib_device::RdmaRecord,
+    /// The pod interface's MAC and MTU as prevResult gave them (the previous plugin's netdev),
+    /// kept so the record names the netdev the ib device belongs to.
+    pub prev_mac: Option<String>,
+    pub prev_mtu: Option<u32>,
+}
+
+/// The pod interface this plugin made (moved or created) and configured: what CHECK compares
+/// and where DEL looks first. Chained mode has none: the previous plugin made and configured it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInterface {
+    /// Its ifindex inside the pod (usually unchanged by a move); None until it exists in the
+    /// pod (the intent record is written before).
+    pub ifindex: Option<u32>,
+    /// Its MTU once ADD completed.
+    pub mtu: Option<u32>,
+    /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
+    pub ipam_result: Option<serde_json::Value>,
+    /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
+    pub gids: Vec<crate::attach::gids::GidRecord>,
+    pub gid_view: Option<crate::attach::gids::GidView>,
+}
+
+/// An attachment record as it is on disk: the flat layout of every release since 0.1.0 (field
+/// names, optional fields and defaults unchanged; see [`Attachment`] for why).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordWire {
+    #[serde(default = "schema_of_unversioned")]
+    schema: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    written_by: Option<String>,
+    network: String,
+    container_id: String,
+    ifname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod: Option<PodRef>,
+    mode: crate::attach::config::Mode,
+    phase: Phase,
+    netns: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    netns_id: Option<NetnsId>,
+    device_key: String,
+    /// Move: the moved device; child modes: the parent; chained: the pod interface as
+    /// prevResult named it and its PCI function (every release requires this field).
+    host: HostDevice,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod_ifindex: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod_mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ipam_result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    child: Option<ChildRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rdma: Option<crate::attach::ib_device::RdmaRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gids: Vec<crate::attach::gids::GidRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gid_view: Option<crate::attach::gids::GidView>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    perm_changes: Vec<crate::attach::permissions::PermChange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    device_info_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    device_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    conf: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cni_path: Vec<String>,
+}
+
+/// A record whose mode lacks a field that mode always writes (mode macvlan without `child`,
+/// mode rdma without `rdma`): DEL could not release what it does not name.
+#[derive(Debug, thiserror::Error)]
+#[error("a mode \"{mode}\" record needs `{field}`, which this one lacks")]
+pub struct RecordFieldMissing {
+    pub mode: &'static str,
+    pub field: &'static str,
+}
+
+impl TryFrom<RecordWire> for Attachment {
+    type Error = RecordFieldMissing;
+
+    fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordFieldMissing> {
+        use crate::attach::config::Mode;
+        let missing = |field| RecordFieldMissing {
+            mode: w.mode.as_str(),
+            field,
+        };
+        let pod_interface = || PodInterface {
+            ifindex: w.pod_ifindex,
+            mtu: w.pod_mtu,
+            ipam_result: w.ipam_result.clone(),
+            gids: w.gids.clone(),
+            gid_view: w.gid_view,
+        };
+        // Fields a mode never writes are ignored, as older releases ignored them.
+        let mode_state = match w.mode {
+            Mode::Move => ModeState::Move(MoveState {
+                host: w.host.clone(),
+                rdma: w.rdma.clone(),
+                pod_interface: pod_interface(),
+            }),
+            Mode::Macvlan | Mode::Ipoib => ModeState::Child(ChildState {
+                parent: w.host.clone(),
+                child: w.child.clone().ok_or_else(|| missing("child"))?,
+                pod_interface: pod_interface(),
+            }),
+            // `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU
+            // are the chained attachment's.
+            Mode::Rdma => ModeState::Chained(ChainedState {
+                function: w.host.pci.clone().ok_or_else(|| missing("host.pci"))?,
+                rdma: w.rdma.clone().ok_or_else(|| missing("rdma"))?,
+                prev_mac: Some(w.host.hwaddr.clone()).filter(|m| !m.is_empty()),
+                prev_mtu: Some(w.host.mtu).filter(|&m| m != 0),
+            }),
+        };
+        Ok(Attachment {
+            schema: w.schema,
+            written_by: w.written_by,
+            network: w.network,
+            container_id: w.container_id,
+            ifname: w.ifname,
+            pod: w.pod,
+            mode: w.mode,
+            phase: w.phase,
+            netns: w.netns,
+            netns_id: w.netns_id,
+            device_key: w.device_key,
+            mode_state,
+            perm_changes: w.perm_changes,
+            device_info_file: w.device_info_file,
+            device_id: w.device_id,
+            conf: w.conf,
+            cni_path: w.cni_path,
+        })
+    }
+}
+
+impl From<&Attachment> for RecordWire {
+    fn from(a: &Attachment) -> RecordWire {
+        let none = PodInterface::default();
+        let (host, pod_interface, child, rdma) = match &a.mode_state {
+            ModeState::Move(m) => (m.host.clone(), &m.pod_interface, None, m.rdma.clone()),
+            ModeState::Child(c) => (
+                c.parent.clone(),
+                &c.pod_interface,
+                Some(c.child.clone()),
+                None,
+            ),
+            // What every earlier release wrote, and so requires, for a chained attachment.
+            ModeState::Chained(c) => (
+                HostDevice {
+                    name: a.ifname.clone(),
+                    ifindex: 0,
+                    mtu: c.prev_mtu.unwrap_or(0),
+                    hwaddr: c.prev_mac.clone().unwrap_or_default(),
+                    perm_hwaddr: None,
+                    pci: Some(c.function.clone()),
+                    was_up: true,
+                    addresses: Vec::new(),
+                },
+                &none,
+                None,
+                Some(c.rdma.clone()),
+            ),
+        };
+        RecordWire {
+            schema: a.schema,
+            written_by: a.written_by.clone(),
+            network: a.network.clone(),
+            container_id: a.container_id.clone(),
+            ifname: a.ifname.clone(),
+            pod: a.pod.clone(),
+            mode: a.mode,
+            phase: a.phase,
+            netns: a.netns.clone(),
+            netns_id: a.netns_id,
+            device_key: a.device_key.clone(),
+            host,
+            pod_ifindex: pod_interface.ifindex,
+            pod_mtu: pod_interface.mtu,
+            ipam_result: pod_interface.ipam_result.clone(),
+            child,
+            rdma,
+            gids: pod_interface.gids.clone(),
+            gid_view: pod_interface.gid_view,
+            perm_changes: a.perm_changes.clone(),
+            device_info_file: a.device_info_file.clone(),
+            device_id: a.device_id.clone(),
+            conf: a.conf.clone(),
+            cni_path: a.cni_path.clone(),
+        }
+    }
+}
+
+impl From<Attachment> for RecordWire {
+    fn from(a: Attachment) -> RecordWire {
+        RecordWire::from(&a)
+    }
 }
 
 /// The record format written now. 2: `schema`, `writtenBy`, `pod`, `netnsId`, `deviceId`,
@@ -205,14 +429,15 @@ impl From<crate::kernel::IpoibInfo> for IpoibRecord {
 
 impl Attachment {
     /// A new attachment in phase `Adding`: who asked (network, container, interface), the mode,
-    /// the pod netns and the device it holds; nothing applied or found yet.
+    /// the pod netns and what the mode holds; nothing applied or found yet.
     pub fn adding(
         req: &crate::cni::Request,
         mode: crate::attach::config::Mode,
         netns: &crate::kernel::Netns,
         device_key: String,
-        host: HostDevice,
+        mode_state: ModeState,
     ) -> Attachment {
+        debug_assert!(mode_state.fits(mode), "{mode:?} with {mode_state:?}");
         Attachment {
             schema: SCHEMA,
             written_by: Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -225,14 +450,7 @@ impl Attachment {
             netns: netns.path().display().to_string(),
             netns_id: NetnsId::of(netns),
             device_key,
-            host,
-            pod_ifindex: None,
-            pod_mtu: None,
-            ipam_result: None,
-            child: None,
-            rdma: None,
-            gids: Vec::new(),
-            gid_view: None,
+            mode_state,
             perm_changes: Vec::new(),
             device_info_file: None,
             // Parsed without error before any mode gets here.
@@ -252,6 +470,107 @@ impl Attachment {
 
     pub fn id(&self) -> String {
         attachment_id(&self.container_id, &self.ifname)
+    }
+
+    pub fn moved(&self) -> Option<&MoveState> {
+        match &self.mode_state {
+            ModeState::Move(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn moved_mut(&mut self) -> Option<&mut MoveState> {
+        match &mut self.mode_state {
+            ModeState::Move(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn child(&self) -> Option<&ChildState> {
+        match &self.mode_state {
+            ModeState::Child(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn child_mut(&mut self) -> Option<&mut ChildState> {
+        match &mut self.mode_state {
+            ModeState::Child(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn chained(&self) -> Option<&ChainedState> {
+        match &self.mode_state {
+            ModeState::Chained(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The pod interface this plugin made, in the modes that make one.
+    pub fn pod_interface(&self) -> Option<&PodInterface> {
+        match &self.mode_state {
+            ModeState::Move(m) => Some(&m.pod_interface),
+            ModeState::Child(c) => Some(&c.pod_interface),
+            ModeState::Chained(_) => None,
+        }
+    }
+
+    pub fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
+        match &mut self.mode_state {
+            ModeState::Move(m) => Some(&mut m.pod_interface),
+            ModeState::Child(c) => Some(&mut c.pod_interface),
+            ModeState::Chained(_) => None,
+        }
+    }
+
+    /// The recorded GIDs of the pod's addresses (none in chained mode: it sets no addresses).
+    pub fn gids(&self) -> &[crate::attach::gids::GidRecord] {
+        self.pod_interface().map_or(&[], |p| p.gids.as_slice())
+    }
+
+    /// The ib device that went into the pod: a moved netdev's (exclusive netns mode), or a
+    /// chained attachment's.
+    pub fn ib_device(&self) -> Option<&crate::attach::ib_device::RdmaRecord> {
+        match &self.mode_state {
+            ModeState::Move(m) => m.rdma.as_ref(),
+            ModeState::Child(_) => None,
+            ModeState::Chained(c) => Some(&c.rdma),
+        }
+    }
+
+    /// The PCI function on the host side: the moved device's, a child's parent's, a chained
+    /// VF's.
+    pub fn pci_function(&self) -> Option<&str> {
+        match &self.mode_state {
+            ModeState::Move(m) => m.host.pci.as_deref(),
+            ModeState::Child(c) => c.parent.pci.as_deref(),
+            ModeState::Chained(c) => Some(&c.function),
+        }
+    }
+
+    /// The netdev the attachment is about, as messages and listings name it: the moved
+    /// device's or the parent's host name; in chained mode the pod interface (its host name
+    /// was the previous plugin's business).
+    pub fn netdev_name(&self) -> &str {
+        match &self.mode_state {
+            ModeState::Move(m) => &m.host.name,
+            ModeState::Child(c) => &c.parent.name,
+            ModeState::Chained(_) => &self.ifname,
+        }
+    }
+}
+
+impl ModeState {
+    /// Whether this is the state `mode` records.
+    pub fn fits(&self, mode: crate::attach::config::Mode) -> bool {
+        use crate::attach::config::Mode;
+        matches!(
+            (self, mode),
+            (ModeState::Move(_), Mode::Move)
+                | (ModeState::Child(_), Mode::Macvlan | Mode::Ipoib)
+                | (ModeState::Chained(_), Mode::Rdma)
+        )
     }
 }
 
@@ -623,29 +942,39 @@ fn read_record(path: &Path) -> Result<Option<Attachment>> {
             ))
         }
     };
-    let whole = match serde_json::from_slice(&bytes) {
-        Ok(att) => return Ok(Some(att)),
-        Err(e) => e,
+    let wire = match serde_json::from_slice::<RecordWire>(&bytes) {
+        Ok(wire) => wire,
+        Err(whole) => {
+            // One document per line: the last that reads is the current state. A torn or lost
+            // tail (an unsynced final line after a crash) leaves the durable intent line before
+            // it.
+            bytes
+                .split(|&b| b == b'\n')
+                .rev()
+                .find_map(|line| serde_json::from_slice::<RecordWire>(line).ok())
+                .ok_or_else(|| {
+                    Error::State(format!(
+                        "state file {} is corrupt ({whole}); inspect it, then remove it to let \
+                         DEL proceed",
+                        path.display()
+                    ))
+                })?
+        }
     };
-    // One document per line: the last that reads is the current state. A torn or lost tail
-    // (an unsynced final line after a crash) leaves the durable intent line before it.
-    bytes
-        .split(|&b| b == b'\n')
-        .rev()
-        .find_map(|line| serde_json::from_slice(line).ok())
-        .map(Some)
-        .ok_or_else(|| {
-            Error::State(format!(
-                "state file {} is corrupt ({whole}); inspect it, then remove it to let DEL \
-                 proceed",
-                path.display()
-            ))
-        })
+    // A well-formed line whose mode and fields disagree is no torn tail: no earlier line
+    // stands in for it.
+    Attachment::try_from(wire).map(Some).map_err(|e| {
+        Error::State(format!(
+            "state file {} is unusable: {e}; inspect it, then remove it to let DEL proceed \
+             (what it attached must then be released by hand)",
+            path.display()
+        ))
+    })
 }
 
 /// One record line: compact JSON (no newline inside) and a newline.
 fn record_line(att: &Attachment) -> Result<Vec<u8>> {
-    let mut line = serde_json::to_vec(att)
+    let mut line = serde_json::to_vec(&RecordWire::from(att))
         .map_err(|e| Error::State(format!("encoding state for {}: {e}", att.id())))?;
     line.push(b'\n');
     Ok(line)
@@ -708,23 +1037,24 @@ mod tests {
                 ino: 4026532801,
             }),
             device_key: "mac-02_00_00_00_00_01".into(),
-            host: HostDevice {
-                name: "ens1f0v0".into(),
-                ifindex: 7,
-                mtu: 1500,
-                hwaddr: "02:00:00:00:00:01".into(),
-                perm_hwaddr: None,
-                pci: Some("0000:3b:00.2".into()),
-                was_up: true,
-                addresses: vec!["192.0.2.1/24".into()],
-            },
-            pod_ifindex: Some(7),
-            pod_mtu: Some(9000),
-            ipam_result: None,
-            child: None,
-            rdma: None,
-            gids: Vec::new(),
-            gid_view: None,
+            mode_state: ModeState::Move(MoveState {
+                host: HostDevice {
+                    name: "ens1f0v0".into(),
+                    ifindex: 7,
+                    mtu: 1500,
+                    hwaddr: "02:00:00:00:00:01".into(),
+                    perm_hwaddr: None,
+                    pci: Some("0000:3b:00.2".into()),
+                    was_up: true,
+                    addresses: vec!["192.0.2.1/24".into()],
+                },
+                rdma: None,
+                pod_interface: PodInterface {
+                    ifindex: Some(7),
+                    mtu: Some(9000),
+                    ..PodInterface::default()
+                },
+            }),
             perm_changes: Vec::new(),
             device_info_file: None,
             device_id: Some("0".into()),
@@ -884,11 +1214,11 @@ mod tests {
         let store = Store::new(tmp.path());
         let mut att = sample();
         att.phase = Phase::Adding;
-        att.pod_ifindex = None;
+        att.moved_mut().unwrap().pod_interface.ifindex = None;
         store.save(&att).unwrap();
         let intent = att.clone();
         att.phase = Phase::Ready;
-        att.pod_ifindex = Some(9);
+        att.moved_mut().unwrap().pod_interface.ifindex = Some(9);
         store.update(&att).unwrap();
         assert_eq!(store.load("rdma-net", "abc123", "net1").unwrap(), Some(att));
 
@@ -990,41 +1320,68 @@ mod tests {
             Phase::Ready,
             "the ready line, not the intent before it"
         );
+        let moved = mv.moved().expect("mode move loads as a moved device");
         assert_eq!(
-            (mv.mode.as_str(), mv.host.name.as_str()),
-            ("move", "ens1f0v0")
+            (
+                mv.mode.as_str(),
+                moved.host.name.as_str(),
+                moved.host.ifindex
+            ),
+            ("move", "ens1f0v0", 12)
         );
-        assert_eq!(mv.host.perm_hwaddr.as_deref(), Some("02:00:00:00:3b:02"));
+        assert_eq!(moved.host.perm_hwaddr.as_deref(), Some("02:00:00:00:3b:02"));
+        assert_eq!(moved.host.pci.as_deref(), Some("0000:3b:00.2"));
         assert_eq!(mv.device_key, "pci-0000:3b:00.2");
-        assert_eq!(mv.rdma.as_ref().map(|r| r.ibdev.as_str()), Some("mlx5_2"));
-        assert_eq!(mv.gids.len(), 1);
         assert_eq!(
-            (mv.gids[0].index, mv.gids[0].gid_type.as_str()),
+            moved.rdma.as_ref().map(|r| (r.ibdev.as_str(), r.index)),
+            Some(("mlx5_2", 3))
+        );
+        assert_eq!(mv.ib_device(), moved.rdma.as_ref());
+        let pod = &moved.pod_interface;
+        assert_eq!((pod.ifindex, pod.mtu), (Some(12), Some(9000)));
+        assert!(pod.ipam_result.is_some());
+        assert_eq!(pod.gids.len(), 1);
+        assert_eq!(
+            (pod.gids[0].index, pod.gids[0].gid_type.as_str()),
             (3, "RoCE v2")
         );
-        assert_eq!(mv.gid_view, Some(crate::attach::gids::GidView::Pod));
+        assert_eq!(pod.gid_view, Some(crate::attach::gids::GidView::Pod));
         assert_eq!(mv.perm_changes.len(), 1);
         assert_eq!(mv.perm_changes[0].rdev, (231, 194));
         assert_eq!(mv.perm_changes[0].old_mode, 0o600);
         assert!(mv.device_info_file.is_some());
-        assert_eq!(mv.pod_mtu, Some(9000));
 
         let mac = load("roce-shared", "c0ffee02");
         assert_eq!(mac.phase, Phase::Ready);
-        let child = mac.child.as_ref().expect("child");
+        let state = mac.child().expect("mode macvlan loads as a child");
         assert_eq!(
-            (child.kind.as_str(), child.macvlan_mode),
+            (state.child.kind.as_str(), state.child.macvlan_mode),
             ("macvlan", Some(4))
         );
-        assert_eq!(child.hwaddr.as_deref(), Some("02:5e:00:00:00:07"));
+        assert_eq!(state.child.hwaddr.as_deref(), Some("02:5e:00:00:00:07"));
+        assert_eq!(
+            (state.parent.name.as_str(), state.parent.ifindex),
+            ("ens1f0np0", 4)
+        );
+        assert_eq!(
+            (state.pod_interface.ifindex, state.pod_interface.mtu),
+            (Some(31), Some(9000))
+        );
+        assert_eq!(mac.gids()[0].index, 5);
         assert_eq!(mac.device_id.as_deref(), Some("0"));
-        assert_eq!(mac.gid_view, Some(crate::attach::gids::GidView::Host));
+        assert_eq!(
+            state.pod_interface.gid_view,
+            Some(crate::attach::gids::GidView::Host)
+        );
+        assert_eq!(mac.ib_device(), None);
 
         // One pretty-printed document, as the earliest builds wrote it.
         let ib = load("ib-partition", "c0ffee03");
-        let ipoib = ib.child.as_ref().and_then(|c| c.ipoib).expect("ipoib");
+        let state = ib.child().expect("mode ipoib loads as a child");
+        let ipoib = state.child.ipoib.expect("ipoib");
         assert_eq!((ipoib.pkey, ipoib.mode), (Some(0x8001), Some(0)));
-        assert_eq!(ib.pod_ifindex, Some(40));
+        assert_eq!(state.parent.name, "ibp94s0");
+        assert_eq!(state.pod_interface.ifindex, Some(40));
 
         // A record without `host.addresses`: absent fields read as their default.
         let chained = load("sriov-rdma", "c0ffee04");
@@ -1034,7 +1391,191 @@ mod tests {
             (1, None),
             "unversioned: schema 1"
         );
-        assert!(chained.host.addresses.is_empty());
-        assert_eq!(chained.rdma.as_ref().map(|r| r.index), Some(4));
+        let state = chained.chained().expect("mode rdma loads as chained");
+        assert_eq!(state.function, "0000:3b:00.3");
+        assert_eq!((state.rdma.ibdev.as_str(), state.rdma.index), ("mlx5_3", 4));
+        assert_eq!(
+            (state.prev_mac.as_deref(), state.prev_mtu),
+            (Some("02:00:00:00:3b:03"), Some(1500))
+        );
+        assert_eq!(chained.pod_interface(), None);
+        assert_eq!(chained.device_id.as_deref(), Some("0000:3b:00.3"));
+    }
+
+    /// The frozen schema-2 records under testdata/records-schema-2, one directory per case.
+    fn schema_2_record(case: &str, file: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/attach/testdata/records-schema-2")
+            .join(case)
+            .join(file)
+    }
+
+    /// The on-disk format may not drift: records of every mode as ADD wrote them before the
+    /// typed form (frozen under testdata/records-schema-2: intent, update and ready lines) load
+    /// as their mode's state with their contents, and every line encodes back to the same
+    /// bytes, so older binaries read what this one writes.
+    #[test]
+    fn records_of_schema_2_load_as_their_mode_and_save_byte_for_byte() {
+        use crate::attach::config::Mode;
+        use crate::attach::gids::GidView;
+        let cases = [
+            ("move", "c0ffee:net1.json", Mode::Move),
+            ("move-exclusive-ib", "c9:net1.json", Mode::Move),
+            ("macvlan", "c1:net1.json", Mode::Macvlan),
+            ("ipoib", "c1:net1.json", Mode::Ipoib),
+            ("chained-rdma", "c9:net1.json", Mode::Rdma),
+        ];
+        let tmp = TempDir::new("state-schema-2");
+        let store = Store::new(tmp.path());
+        let mut loaded = std::collections::HashMap::new();
+        for (case, file, mode) in cases {
+            let path = schema_2_record(case, file);
+            let text = fs::read(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
+            let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+            assert!(lines.len() >= 2, "{case}: intent and ready lines");
+            for line in &lines {
+                let att: Attachment =
+                    serde_json::from_slice(line).unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(att.schema, SCHEMA, "{case}");
+                assert_eq!(att.mode, mode, "{case}");
+                assert!(att.mode_state.fits(mode), "{case}: {:?}", att.mode_state);
+                assert_eq!(
+                    String::from_utf8(record_line(&att).unwrap()).unwrap(),
+                    String::from_utf8(line.to_vec()).unwrap(),
+                    "{case}: a line encodes back to itself"
+                );
+            }
+            let att = read_record(&path).unwrap().unwrap();
+            assert_eq!(att.phase, Phase::Ready, "{case}: the last line counts");
+            store.save(&att).unwrap();
+            let saved = fs::read(
+                tmp.path()
+                    .join(&att.network)
+                    .join(format!("{}:{}.json", att.container_id, att.ifname)),
+            )
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(saved).unwrap(),
+                String::from_utf8(lines.last().unwrap().to_vec()).unwrap(),
+                "{case}: saving the loaded record writes it back unchanged"
+            );
+            store
+                .remove(&att.network, &att.container_id, &att.ifname)
+                .unwrap();
+            loaded.insert(case, att);
+        }
+
+        let mv = loaded["move"].moved().expect("a moved device");
+        assert_eq!(
+            (mv.host.name.as_str(), mv.host.ifindex, mv.host.mtu),
+            ("ens1f0v0", 7, 1500)
+        );
+        assert_eq!(mv.host.addresses, vec!["192.0.2.7/24".to_string()]);
+        assert_eq!(mv.rdma, None);
+        assert_eq!(
+            (mv.pod_interface.ifindex, mv.pod_interface.mtu),
+            (Some(7), Some(9000))
+        );
+        assert!(mv.pod_interface.ipam_result.is_some());
+
+        let ib = loaded["move-exclusive-ib"].moved().expect("a moved device");
+        assert_eq!(
+            ib.rdma
+                .as_ref()
+                .map(|r| (r.ibdev.as_str(), r.index, r.infiniband)),
+            Some(("mlx5_0", 3, false))
+        );
+        assert_eq!(ib.pod_interface.gid_view, Some(GidView::Pod));
+        assert!(ib.pod_interface.gids.is_empty());
+
+        let mac = loaded["macvlan"].child().expect("a child");
+        assert_eq!(
+            (mac.child.kind.as_str(), mac.child.hwaddr.as_deref()),
+            ("macvlan", Some("42:75:18:bf:af:c2"))
+        );
+        assert_eq!(
+            (mac.parent.name.as_str(), mac.parent.ifindex),
+            ("ens1f0np0", 4)
+        );
+        assert_eq!(
+            (mac.pod_interface.ifindex, mac.pod_interface.mtu),
+            (Some(5), Some(1500))
+        );
+        assert_eq!(mac.pod_interface.gids[0].index, 6);
+        assert_eq!(mac.pod_interface.gid_view, Some(GidView::Host));
+
+        let ipoib = loaded["ipoib"].child().expect("a child");
+        assert_eq!(ipoib.child.kind, "ipoib");
+        assert!(ipoib.child.ipoib.is_some());
+        assert_eq!(
+            (ipoib.parent.name.as_str(), ipoib.parent.ifindex),
+            ("ib0", 5)
+        );
+        assert_eq!(
+            (ipoib.pod_interface.ifindex, ipoib.pod_interface.mtu),
+            (Some(6), Some(65520))
+        );
+
+        let chained = &loaded["chained-rdma"];
+        let state = chained.chained().expect("a chained ib device");
+        assert_eq!(state.function, "0000:3b:00.2");
+        assert_eq!((state.rdma.ibdev.as_str(), state.rdma.index), ("mlx5_2", 9));
+        assert_eq!(
+            (state.prev_mac.as_deref(), state.prev_mtu),
+            (Some("02:00:00:00:00:0a"), None),
+            "prevResult gave a MAC and no MTU"
+        );
+        assert_eq!(chained.pod_interface(), None);
+        assert!(chained.device_info_file.is_some());
+        assert_eq!(chained.pci_function(), Some("0000:3b:00.2"));
+    }
+
+    /// A record whose mode and fields disagree names DEL nothing to release: it is refused,
+    /// naming the file, the mode and the missing field, also when an intact intent line precedes
+    /// it (that is no torn tail), and listed as unreadable, which keeps what it may hold (device
+    /// permissions stay while any record is unreadable).
+    #[test]
+    fn a_record_whose_mode_lacks_its_fields_is_refused_naming_the_field() {
+        let tmp = TempDir::new("state-mismatch");
+        let store = Store::new(tmp.path());
+        store.ensure_dir(Some("n")).unwrap();
+        let path = tmp.path().join("n/c1:net1.json");
+        let frozen = |case: &str, file: &str| -> Vec<serde_json::Value> {
+            fs::read_to_string(schema_2_record(case, file))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        // The case, its frozen file, its mode, and the field taken out of its last line.
+        let cases = [
+            ("macvlan", "c1:net1.json", "macvlan", "child"),
+            ("chained-rdma", "c9:net1.json", "rdma", "rdma"),
+            ("chained-rdma", "c9:net1.json", "rdma", "host.pci"),
+        ];
+        for (case, file, mode, field) in cases {
+            let lines = frozen(case, file);
+            let (intent, mut last) = (lines[0].clone(), lines.last().unwrap().clone());
+            let (outer, inner) = field.split_once('.').unwrap_or(("", field));
+            let holder = if outer.is_empty() {
+                &mut last
+            } else {
+                &mut last[outer]
+            };
+            assert!(holder.as_object_mut().unwrap().remove(inner).is_some());
+            let field = &format!("`{field}`");
+            let text = format!("{intent}\n{last}\n");
+            fs::write(&path, text).unwrap();
+            let err = store.load("n", "c1", "net1").unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(err.code(), 106, "{msg}");
+            for part in ["c1:net1.json", &format!("mode \"{mode}\""), field.as_str()] {
+                assert!(msg.contains(part), "{case}: {part} missing from: {msg}");
+            }
+            let (held, unreadable) = store.list_all();
+            assert_eq!((held.len(), unreadable.len()), (0, 1), "{case}");
+            let direct = serde_json::from_value::<Attachment>(last).unwrap_err();
+            assert!(direct.to_string().contains(field), "{direct}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
-use rdma_ns::attach::state::{Attachment, Store, DEFAULT_DATA_DIR};
+use rdma_ns::attach::state::{Attachment, ModeState, Store, DEFAULT_DATA_DIR};
 
 const USAGE: &str = "usage: rdma-ns list [--json] [--data-dir DIR]";
 
@@ -63,24 +63,21 @@ fn pod_name(a: &Attachment) -> String {
 
 /// The host-side device: the moved netdev, a child's parent, a chained VF's function.
 fn device(a: &Attachment) -> String {
-    match &a.child {
-        Some(c) => format!("{} on {}", c.kind, a.host.name),
-        None if a.mode == rdma_ns::attach::config::Mode::Rdma => {
-            a.host.pci.clone().unwrap_or_else(|| "-".into())
-        }
-        None => a.host.name.clone(),
+    match &a.mode_state {
+        ModeState::Move(m) => m.host.name.clone(),
+        ModeState::Child(c) => format!("{} on {}", c.child.kind, c.parent.name),
+        ModeState::Chained(c) => c.function.clone(),
     }
 }
 
 fn ib_device(a: &Attachment) -> Option<String> {
-    a.rdma
-        .as_ref()
+    a.ib_device()
         .map(|r| r.ibdev.clone())
-        .or_else(|| a.gids.first().map(|g| g.ibdev.clone()))
+        .or_else(|| a.gids().first().map(|g| g.ibdev.clone()))
 }
 
 fn gid_indexes(a: &Attachment) -> Vec<u32> {
-    a.gids.iter().map(|g| g.index).collect()
+    a.gids().iter().map(|g| g.index).collect()
 }
 
 fn state(a: &Attachment, netns: NetnsState) -> String {

@@ -1169,7 +1169,7 @@ fn check_data_dirs(node: &Node, r: &mut Report) -> Vec<Attachment> {
                 format!(
                     "attachment{pod} ({}, host device {}): its netns {} is gone, no DEL came",
                     a.mode.as_str(),
-                    a.host.name,
+                    a.netdev_name(),
                     a.netns
                 ),
                 Some(format!(

@@ -287,19 +287,17 @@ fn attachments(src: &Sources) -> (Family, Family, usize) {
             let namespace = pod.and_then(|p| p.namespace.as_deref()).unwrap_or("");
             let name = pod.and_then(|p| p.name.as_deref()).unwrap_or("");
             let first_gid = a
-                .gids
+                .gids()
                 .iter()
                 .find(|g| g.gid_type == "RoCE v2")
-                .or(a.gids.first());
+                .or(a.gids().first());
             let ibdev = a
-                .rdma
-                .as_ref()
+                .ib_device()
                 .map(|r| r.ibdev.as_str())
                 .or(first_gid.map(|g| g.ibdev.as_str()))
                 .unwrap_or("");
             let port = a
-                .rdma
-                .as_ref()
+                .ib_device()
                 .map(|r| r.port)
                 .or(first_gid.map(|g| g.port))
                 .map(|p| p.to_string())
@@ -317,7 +315,7 @@ fn attachments(src: &Sources) -> (Family, Family, usize) {
                     ("container_id", &a.container_id),
                     ("interface", &a.ifname),
                     ("mode", a.mode.as_str()),
-                    ("host_device", &a.host.name),
+                    ("host_device", a.netdev_name()),
                     ("device", ibdev),
                     ("port", &port),
                     ("gid_index", &index),
@@ -325,7 +323,7 @@ fn attachments(src: &Sources) -> (Family, Family, usize) {
                 ],
                 1,
             );
-            for g in &a.gids {
+            for g in a.gids() {
                 let (port, index, ip) = (g.port.to_string(), g.index.to_string(), g.ip.to_string());
                 gids.sample(
                     &[

@@ -12,7 +12,7 @@ use crate::attach::config::PluginConf;
 use crate::attach::ib_device::{move_error, RdmaRecord};
 use crate::attach::plan::Plan;
 use crate::attach::select::{normalize_pci, Selector};
-use crate::attach::state::{Attachment, HostDevice, Phase};
+use crate::attach::state::{Attachment, ChainedState, ModeState, Phase};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -82,22 +82,15 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     let key = format!("ib-{}", rec.ibdev);
     let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
     let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
-    let host = HostDevice {
-        name: req.env.ifname.clone(),
-        ifindex: 0,
-        mtu: iface.and_then(|i| i.mtu).unwrap_or(0),
-        hwaddr: iface.and_then(|i| i.mac.clone()).unwrap_or_default(),
-        perm_hwaddr: None,
-        pci: Some(bdf),
-        was_up: true,
-        addresses: Vec::new(),
+    let state = ChainedState {
+        function: bdf,
+        rdma: rec.clone(),
+        prev_mac: iface.and_then(|i| i.mac.clone()).filter(|m| !m.is_empty()),
+        prev_mtu: iface.and_then(|i| i.mtu).filter(|&m| m != 0),
     };
-    let mut att = Attachment {
-        rdma: Some(rec),
-        ..Attachment::adding(req, pc.mode.kind(), &netns, key, host)
-    };
+    let mut att = Attachment::adding(req, pc.mode.kind(), &netns, key, ModeState::Chained(state));
     let mut plan = Plan::new(ctx.fault.clone());
-    match steps(ctx, req, &netns, &mut att, &mut plan) {
+    match steps(ctx, req, &netns, &mut att, rec, &mut plan) {
         Ok(()) => {
             plan.commit();
             Ok(prev)
@@ -177,19 +170,17 @@ fn ib_device_of_function(ctx: &Ctx<'_>, bdf: &str) -> Result<RdmaRecord> {
     })
 }
 
-/// Intent record, the ib device into the pod, permissions, device-info, final record.
+/// Intent record, the ib device `rec` (the one `att` records) into the pod, permissions,
+/// device-info, final record.
 fn steps<'a>(
     ctx: &'a Ctx<'a>,
     req: &Request,
     netns: &'a Netns,
     att: &mut Attachment,
+    rec: RdmaRecord,
     plan: &mut Plan<'a>,
 ) -> Result<()> {
     crate::attach::lifecycle::write_intent(ctx, att, plan)?;
-    let rec = att
-        .rdma
-        .clone()
-        .expect("chained attachments record their ib device");
     let pod = Ns::Pod(netns);
     ctx.rdma
         .move_device(Ns::Host, rec.index, pod)
@@ -247,8 +238,8 @@ impl super::ModeDriver for Chained {
 /// the recorded one while it is still that netns); a netns that is gone has already given it
 /// back (the kernel returns ib devices to init_net).
 pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-    let Some(rec) = &att.rdma else {
-        return Ok(());
+    let Some(ChainedState { rdma: rec, .. }) = att.chained() else {
+        return Err(not_chained(att));
     };
     let Some(ns) = crate::attach::lifecycle::pod_netns(netns, att)? else {
         return Ok(());
@@ -270,11 +261,17 @@ pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<
 /// CHECK: the ib device is in the pod netns and its port is ACTIVE.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
     let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
-    match &att.rdma {
-        Some(rec) => crate::attach::check::check_ib_device(ctx.rdma, &ns, rec),
-        None => Err(Error::State(format!(
-            "record {} lacks its ib device",
-            att.id()
-        ))),
+    match att.chained() {
+        Some(chained) => crate::attach::check::check_ib_device(ctx.rdma, &ns, &chained.rdma),
+        None => Err(not_chained(&att)),
     }
+}
+
+/// A record of another mode handed to this one: the record changed under the conf.
+fn not_chained(att: &Attachment) -> Error {
+    Error::State(format!(
+        "record {} is of mode {}, not a chained (rdma) attachment",
+        att.id(),
+        att.mode.as_str()
+    ))
 }

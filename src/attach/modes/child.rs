@@ -15,7 +15,9 @@ use crate::attach::gids;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::plan::Plan;
 use crate::attach::select::{select_parent, Selector};
-use crate::attach::state::{Attachment, ChildRecord, HostDevice, IpoibRecord};
+use crate::attach::state::{
+    Attachment, ChildRecord, ChildState, HostDevice, IpoibRecord, ModeState, PodInterface,
+};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -357,16 +359,24 @@ impl<'a> ChildAdd<'a> {
             was_up: parent.up,
             addresses: Vec::new(),
         };
-        let att = Attachment {
-            child: Some(ChildRecord {
+        let state = ChildState {
+            parent: host,
+            child: ChildRecord {
                 kind: child.kind.kind_name().to_string(),
                 hwaddr: expected_hwaddr(&child, &parent),
                 ipoib: None,
                 macvlan_mode: None,
                 summary: child.summary.clone(),
-            }),
-            ..Attachment::adding(req, pc.mode.kind(), netns, device_key, host)
+            },
+            pod_interface: PodInterface::default(),
         };
+        let att = Attachment::adding(
+            req,
+            pc.mode.kind(),
+            netns,
+            device_key,
+            ModeState::Child(state),
+        );
         let roce_ports = match (&pc.mode, pc.rdma) {
             (ModeConf::Macvlan(_), r) if r != RdmaConf::Off => {
                 gids::roce_ports_of(ctx.sys, &parent.name)?
@@ -487,10 +497,9 @@ impl<'a> ChildAdd<'a> {
         // What identifies the child (its address and ifindex) goes into the record at once, so a
         // plugin killed before the final record still leaves DEL able to find it (an IPoIB child
         // outlives its netns: the kernel refunds it to the host).
-        self.att.pod_ifindex = Some(index);
-        if let Some(rec) = self.att.child.as_mut() {
-            rec.hwaddr = Some(link.hwaddr_string());
-        }
+        let recorded = self.recorded();
+        recorded.pod_interface.ifindex = Some(index);
+        recorded.child.hwaddr = Some(link.hwaddr_string());
         ctx.store.update(&self.att)?;
         plan.checkpoint("create")?;
         Ok(link)
@@ -516,14 +525,20 @@ impl<'a> ChildAdd<'a> {
                 link.mtu = mtu;
             }
         }
-        if let Some(rec) = self.att.child.as_mut() {
-            rec.hwaddr = Some(link.hwaddr_string());
-            rec.ipoib = link.ipoib_info().map(IpoibRecord::from);
-            rec.macvlan_mode = link.macvlan_mode();
-        }
-        self.att.pod_ifindex = Some(link.index);
-        self.att.pod_mtu = Some(link.mtu);
+        let recorded = self.recorded();
+        recorded.child.hwaddr = Some(link.hwaddr_string());
+        recorded.child.ipoib = link.ipoib_info().map(IpoibRecord::from);
+        recorded.child.macvlan_mode = link.macvlan_mode();
+        recorded.pod_interface.ifindex = Some(link.index);
+        recorded.pod_interface.mtu = Some(link.mtu);
         Ok(link)
+    }
+
+    /// The child's part of the record, as `decide` built it.
+    fn recorded(&mut self) -> &mut ChildState {
+        self.att
+            .child_mut()
+            .expect("ChildAdd::decide records a child attachment")
     }
 
     /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs on the parent's ports and
@@ -532,15 +547,14 @@ impl<'a> ChildAdd<'a> {
         if !self.roce_ports.is_empty() && !result.ips.is_empty() {
             let ifname = &self.req.env.ifname;
             let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-            self.att.gids = gids::wait_for_gids(
+            let found = gids::wait_for_gids(
                 self.ctx.sys,
                 &self.roce_ports,
                 &ips,
                 ifname,
                 self.pc.gid_timeout,
             )?;
-            self.att.gid_view = Some(gids::GidView::Host);
-            for g in &self.att.gids {
+            for g in &found {
                 crate::log_info!(
                     "{ifname}: {} has GID index {} ({}) on {} port {}",
                     g.ip,
@@ -550,6 +564,9 @@ impl<'a> ChildAdd<'a> {
                     g.port
                 );
             }
+            let recorded = &mut self.recorded().pod_interface;
+            recorded.gids = found;
+            recorded.gid_view = Some(gids::GidView::Host);
         }
         plan.checkpoint("gids")
     }
@@ -583,40 +600,42 @@ impl super::ModeDriver for ChildInterface {
 /// (a plugin killed right after creating it; the kernel picks IPoIB addresses) is recognised by
 /// kind, parent and name, the pod name or the `dev<ifindex>` the kernel gives a refunded child
 /// on a clash.
-fn is_our_child(link: &Link, att: &Attachment) -> bool {
-    let Some(rec) = att.child.as_ref() else {
-        return false;
-    };
+fn is_our_child(link: &Link, state: &ChildState, ifname: &str) -> bool {
+    let rec = &state.child;
     if link.kind.as_deref() != Some(rec.kind.as_str()) {
         return false;
     }
     match rec.hwaddr.as_deref() {
         Some(recorded) => recorded == format_hwaddr(&link.hwaddr),
         None => {
-            link.link == Some(att.host.ifindex)
-                && (link.name == att.ifname || link.name == format!("dev{}", link.index))
+            link.link == Some(state.parent.ifindex)
+                && (link.name == ifname || link.name == format!("dev{}", link.index))
         }
     }
 }
 
 /// Deletes an attachment's child interface from wherever it is now.
 pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
+    let Some(state) = att.child() else {
+        return Err(not_a_child(att));
+    };
     if crate::attach::plan::test_fault("skip-child-delete") {
         return Ok(());
     }
+    let ours = |l: &Link| is_our_child(l, state, &att.ifname);
     if let Ok(Some(ns)) = crate::attach::lifecycle::pod_netns(netns, att) {
         let pod = Ns::Pod(&ns);
         let err = |e| Error::kernel(format!("looking for {} in the pod", att.ifname), e);
-        let by_index = match att.pod_ifindex {
+        let by_index = match state.pod_interface.ifindex {
             Some(i) => kernel.link_by_index(pod, i).map_err(err)?,
             None => None,
         };
-        let found = match by_index.filter(|l| is_our_child(l, att)) {
+        let found = match by_index.filter(ours) {
             Some(l) => Some(l),
             None => kernel
                 .link_by_name(pod, &att.ifname)
                 .map_err(err)?
-                .filter(|l| is_our_child(l, att)),
+                .filter(ours),
         };
         if let Some(link) = found {
             return kernel
@@ -626,19 +645,16 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
     }
     // Refunded to the host (IPoIB), maybe renamed dev<ifindex>: match the recorded identity.
     let err = |e| Error::kernel(format!("looking for {} in the host", att.ifname), e);
-    let mut found = match att.pod_ifindex {
-        Some(i) => kernel
-            .link_by_index(Ns::Host, i)
-            .map_err(err)?
-            .filter(|l| is_our_child(l, att)),
+    let mut found = match state.pod_interface.ifindex {
+        Some(i) => kernel.link_by_index(Ns::Host, i).map_err(err)?.filter(ours),
         None => None,
     };
-    if found.is_none() && att.child.as_ref().is_some_and(|c| c.kind == "ipoib") {
+    if found.is_none() && state.child.kind == "ipoib" {
         let mut candidates: Vec<Link> = kernel
             .links(Ns::Host)
             .map_err(err)?
             .into_iter()
-            .filter(|l| is_our_child(l, att))
+            .filter(ours)
             .collect();
         if candidates.len() > 1 {
             // Only an unrecorded address can match several: never guess which to delete.
@@ -646,7 +662,7 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
                 "{} (an IPoIB child of {} whose address was never recorded) may be any of {} in \
                  the host; delete the right one with `ip link del`, then retry DEL",
                 att.ifname,
-                att.host.name,
+                state.parent.name,
                 candidates
                     .iter()
                     .map(|l| l.name.as_str())
@@ -672,10 +688,8 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
     let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
     let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
-    let rec = att
-        .child
-        .as_ref()
-        .ok_or_else(|| Error::State(format!("record of {} lacks the child section", att.id())))?;
+    let state = att.child().ok_or_else(|| not_a_child(&att))?;
+    let rec = &state.child;
     let mismatch = |what: &str, have: String, want: String| {
         Error::CheckFailed(format!(
             "{} in the pod has {what} {have}, expected {want}",
@@ -696,7 +710,7 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
             format!("{:?}", rec.hwaddr),
         ));
     }
-    if let Some(mtu) = att.pod_mtu {
+    if let Some(mtu) = state.pod_interface.mtu {
         if link.mtu != mtu {
             return Err(mismatch("MTU", link.mtu.to_string(), mtu.to_string()));
         }
@@ -721,4 +735,13 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
     crate::attach::check::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
     crate::attach::check::check_gids(ctx.sys, &ns, &att)?;
     ctx.ipam.check(req)
+}
+
+/// A record of another mode handed to this one: the record changed under the conf.
+fn not_a_child(att: &Attachment) -> Error {
+    Error::State(format!(
+        "record {} is of mode {}, not a child interface (macvlan or ipoib)",
+        att.id(),
+        att.mode.as_str()
+    ))
 }

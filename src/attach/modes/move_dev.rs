@@ -16,7 +16,7 @@ use crate::attach::gids::{wait_for_gids, with_view, GidView};
 use crate::attach::ib_device::{self, plan_ib_move, RdmaRecord};
 use crate::attach::plan::Plan;
 use crate::attach::select::{select_host_device, Selector};
-use crate::attach::state::{Attachment, HostDevice};
+use crate::attach::state::{Attachment, HostDevice, ModeState, MoveState, PodInterface};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -53,7 +53,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
             plan.commit();
             crate::log_info!(
                 "moved {} into {} as {}",
-                add.att.host.name,
+                add.host.name,
                 add.att.netns,
                 add.att.ifname
             );
@@ -70,6 +70,10 @@ struct MoveAdd<'a> {
     pc: &'a PluginConf,
     netns: &'a Netns,
     dev: Link,
+    /// The device as it is in the host now (recorded for DEL).
+    host: HostDevice,
+    /// The ib device that moves along (exclusive netns mode), if any (recorded for DEL).
+    ib: Option<RdmaRecord>,
     host_addresses: Vec<IpNetwork>,
     /// Where the pod IPs' RoCE GIDs will show (empty: none to wait for).
     roce_ports: Vec<(String, u32)>,
@@ -137,35 +141,42 @@ impl<'a> MoveAdd<'a> {
             was_up: dev.up,
             addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
         };
-        let mut att = Attachment {
-            rdma: ib,
-            ..Attachment::adding(req, pc.mode.kind(), netns, key, host)
-        };
         // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the
         // pod (exclusive), or on the host's ib device that lists the pod netdev by its pod name
         // (shared).
-        let roce_ports = match (&att.rdma, pc.rdma) {
+        let roce_ports = match (&ib, pc.rdma) {
             (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
             (Some(_), _) | (None, crate::attach::ib_device::RdmaConf::Off) => Vec::new(),
             (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
         };
-        att.gid_view = match (&att.rdma, roce_ports.is_empty()) {
+        let gid_view = match (&ib, roce_ports.is_empty()) {
             (_, true) => None,
             (Some(_), false) => Some(GidView::Pod),
             (None, false) => Some(GidView::Host),
         };
         // Read while the netdev is still in the host's /sys/class/net.
-        let perm_ibdevs = match (&att.rdma, crate::attach::permissions::from_conf(&req.conf)?) {
+        let perm_ibdevs = match (&ib, crate::attach::permissions::from_conf(&req.conf)?) {
             (_, None) => Vec::new(),
             (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
             (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
         };
+        let state = MoveState {
+            host: host.clone(),
+            rdma: ib.clone(),
+            pod_interface: PodInterface {
+                gid_view,
+                ..PodInterface::default()
+            },
+        };
+        let att = Attachment::adding(req, pc.mode.kind(), netns, key, ModeState::Move(state));
         Ok(MoveAdd {
             ctx,
             req,
             pc,
             netns,
             dev,
+            host,
+            ib,
             host_addresses,
             roce_ports,
             perm_ibdevs,
@@ -218,10 +229,10 @@ impl<'a> MoveAdd<'a> {
         // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
         // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
         // follows its ib device by itself, re-created by the kernel in the target netns.
-        if let Some(rec) = self.att.rdma.clone() {
+        if let Some(rec) = self.ib.clone() {
             self.move_ib_device(rec, plan)?;
         }
-        if self.att.rdma.as_ref().is_some_and(|r| r.infiniband) {
+        if self.ib.as_ref().is_some_and(|r| r.infiniband) {
             self.rename_recreated_ipoib(plan)
         } else {
             self.move_netdev(plan)
@@ -239,7 +250,7 @@ impl<'a> MoveAdd<'a> {
                     e,
                 )
             })?;
-        let host = self.att.host.clone();
+        let host = self.host.clone();
         let addrs = self.host_addresses.clone();
         plan.on_undo("ib-move", move || {
             return_ib_device(k, ctx.rdma, Some(netns), &rec, &host)?;
@@ -259,14 +270,13 @@ impl<'a> MoveAdd<'a> {
     fn rename_recreated_ipoib(&self, plan: &mut Plan<'a>) -> Result<()> {
         let k = self.ctx.kernel;
         let pod = Ns::Pod(self.netns);
-        let link =
-            ib_device::find_ipoib_netdev(k, pod, &self.att.host.hwaddr)?.ok_or_else(|| {
-                Error::DeviceNotFound(format!(
+        let link = ib_device::find_ipoib_netdev(k, pod, &self.host.hwaddr)?.ok_or_else(|| {
+            Error::DeviceNotFound(format!(
                 "the IPoIB netdev of {} ({}) did not appear in the pod netns after its ib device \
                  moved there",
-                self.dev.name, self.att.host.hwaddr
+                self.dev.name, self.host.hwaddr
             ))
-            })?;
+        })?;
         ib_device::rename_ipoib(k, pod, &link, &self.req.env.ifname, self.pc.mtu)?;
         plan.checkpoint("move")
     }
@@ -295,7 +305,7 @@ impl<'a> MoveAdd<'a> {
             }
         };
         if left_host {
-            let host = self.att.host.clone();
+            let host = self.host.clone();
             let addrs = self.host_addresses.clone();
             let name = ifname.clone();
             plan.on_undo("move", move || undo_move(k, netns, &host, &name, &addrs));
@@ -326,15 +336,24 @@ impl<'a> MoveAdd<'a> {
                     self.dev.name
                 ))
             })?;
-        self.att.pod_ifindex = Some(pod_link.index);
-        self.att.pod_mtu = Some(pod_link.mtu);
+        let recorded = &mut self.recorded().pod_interface;
+        recorded.ifindex = Some(pod_link.index);
+        recorded.mtu = Some(pod_link.mtu);
         Ok(pod_link)
+    }
+
+    /// The move's part of the record, as `decide` built it.
+    fn recorded(&mut self) -> &mut MoveState {
+        self.att
+            .moved_mut()
+            .expect("MoveAdd::decide records a moved device")
     }
 
     /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs and records their
     /// indexes.
     fn record_gids(&mut self, result: &CniResult, plan: &mut Plan<'a>) -> Result<()> {
-        if let (Some(view), false) = (self.att.gid_view, result.ips.is_empty()) {
+        let gid_view = self.recorded().pod_interface.gid_view;
+        if let (Some(view), false) = (gid_view, result.ips.is_empty()) {
             let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
             let ifname = self.req.env.ifname.clone();
             let timeout = self.pc.gid_timeout;
@@ -366,10 +385,11 @@ impl<'a> MoveAdd<'a> {
                     g.port
                 );
             }
+            let recorded = &mut self.recorded().pod_interface;
             if found.is_empty() {
-                self.att.gid_view = None;
+                recorded.gid_view = None;
             }
-            self.att.gids = found;
+            recorded.gids = found;
         }
         plan.checkpoint("gids")
     }
@@ -471,25 +491,32 @@ impl super::ModeDriver for MoveDevice {
 /// path DEL got (may be empty, or gone); the recorded path is used when none is given.
 pub fn release_device(
     kernel: &dyn NetOps,
-    rdma: &dyn RdmaOps,
+    rdma_ops: &dyn RdmaOps,
     netns: Option<&Path>,
     att: &Attachment,
 ) -> Result<()> {
-    let host = &att.host;
+    let Some(MoveState {
+        host,
+        rdma,
+        pod_interface,
+    }) = att.moved()
+    else {
+        return Err(not_moved(att));
+    };
     let (pod_ns, open_error) = match crate::attach::lifecycle::pod_netns(netns, att) {
         Ok(ns) => (ns, None),
         Err(e) => (None, Some(e)),
     };
     // The ib device first, from a socket inside the pod netns (from the host it is invisible in
     // exclusive mode); an IPoIB netdev comes back with it.
-    if let Some(rec) = &att.rdma {
-        return_ib_device(kernel, rdma, pod_ns.as_ref(), rec, host)?;
+    if let Some(rec) = rdma {
+        return_ib_device(kernel, rdma_ops, pod_ns.as_ref(), rec, host)?;
         if rec.infiniband {
             return Ok(());
         }
     }
     if let Some(ns) = &pod_ns {
-        if let Some(link) = find_in_pod(kernel, ns, att.pod_ifindex, &att.ifname, host)? {
+        if let Some(link) = find_in_pod(kernel, ns, pod_interface.ifindex, &att.ifname, host)? {
             move_back_to_host(kernel, ns, &link, host)?;
             return Ok(());
         }
@@ -721,17 +748,18 @@ fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> 
 /// addresses; then IPAM CHECK.
 pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
     let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
+    let state = att.moved().ok_or_else(|| not_moved(&att))?;
     let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
-    if !same_device(&link, &att.host) {
+    if !same_device(&link, &state.host) {
         return Err(Error::CheckFailed(format!(
             "{} in the pod has hwaddr {}, expected {} (host device {})",
             req.env.ifname,
             link.hwaddr_string(),
-            att.host.hwaddr,
-            att.host.name
+            state.host.hwaddr,
+            state.host.name
         )));
     }
-    if let Some(mtu) = att.pod_mtu {
+    if let Some(mtu) = state.pod_interface.mtu {
         if link.mtu != mtu {
             return Err(Error::CheckFailed(format!(
                 "{} in the pod has MTU {}, expected {mtu}",
@@ -739,7 +767,7 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
             )));
         }
     }
-    if let Some(rec) = &att.rdma {
+    if let Some(rec) = &state.rdma {
         check_ib_device(ctx.rdma, &ns, rec)?;
     }
     check_prev_addresses(ctx.kernel, &ns, &link, req)?;
@@ -754,27 +782,17 @@ fn explain_held(
     selector: &crate::attach::select::Selector,
     not_found: Error,
 ) -> Error {
-    use crate::attach::select::Selector;
     let holder = ctx.store.list_all().0.into_iter().find(|a| {
         let same_attachment = a.network == req.conf.name
             && a.container_id == req.env.container_id
             && a.ifname == req.env.ifname;
-        !same_attachment
-            && match selector {
-                Selector::Name { name, .. } => &a.host.name == name,
-                Selector::HwAddr(h) => a.host.hwaddr == format_hwaddr(h),
-                Selector::Pci { address, .. } => a.host.pci.as_deref() == Some(address),
-                Selector::IbDevice(ibdev) => a.rdma.as_ref().is_some_and(|r| &r.ibdev == ibdev),
-                // Records keep no kernelpath or auxiliary device name of the netdev they hold,
-                // so these selectors cannot name a holder; the plain "not found" stands.
-                Selector::KernelPath(_) | Selector::Aux { .. } => false,
-            }
+        !same_attachment && holds(a, selector)
     });
     match holder {
         Some(a) => Error::DeviceInUse(format!(
             "{} ({}) is attached to container {} as {} on network {} (netns {}); DEL that \
              attachment first",
-            a.host.name,
+            a.netdev_name(),
             selector.describe(),
             a.container_id,
             a.ifname,
@@ -783,6 +801,43 @@ fn explain_held(
         )),
         None => not_found,
     }
+}
+
+/// Whether `a` holds the device `selector` names: its moved device, a child's parent, or a
+/// chained attachment's VF (known by PCI function, prevResult's MAC and ib device; its host name
+/// was never recorded).
+fn holds(a: &Attachment, selector: &Selector) -> bool {
+    let (name, hwaddr, pci) = match &a.mode_state {
+        ModeState::Move(m) => (
+            Some(&m.host.name),
+            Some(&m.host.hwaddr),
+            m.host.pci.as_ref(),
+        ),
+        ModeState::Child(c) => (
+            Some(&c.parent.name),
+            Some(&c.parent.hwaddr),
+            c.parent.pci.as_ref(),
+        ),
+        ModeState::Chained(c) => (None, c.prev_mac.as_ref(), Some(&c.function)),
+    };
+    match selector {
+        Selector::Name { name: wanted, .. } => name == Some(wanted),
+        Selector::HwAddr(h) => hwaddr.is_some_and(|mac| *mac == format_hwaddr(h)),
+        Selector::Pci { address, .. } => pci == Some(address),
+        Selector::IbDevice(ibdev) => a.ib_device().is_some_and(|r| &r.ibdev == ibdev),
+        // Records keep no kernelpath or auxiliary device name of the netdev they hold, so these
+        // selectors cannot name a holder; the plain "not found" stands.
+        Selector::KernelPath(_) | Selector::Aux { .. } => false,
+    }
+}
+
+/// A record of another mode handed to this one: the record changed under the conf.
+fn not_moved(att: &Attachment) -> Error {
+    Error::State(format!(
+        "record {} is of mode {}, not a moved device",
+        att.id(),
+        att.mode.as_str()
+    ))
 }
 
 /// ADD found the device in the host: refuse it if another attachment's record claims it and that

@@ -247,8 +247,12 @@ fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
     assert_eq!(kids[0].0, NsKey::pod());
     assert_eq!(kids[0].1.mtu, 1500);
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.child.as_ref().unwrap().kind, "macvlan");
-    assert_eq!(att.host.name, "ens1f0np0", "the parent is recorded");
+    assert_eq!(att.child().unwrap().child.kind, "macvlan");
+    assert_eq!(
+        att.child().unwrap().parent.name,
+        "ens1f0np0",
+        "the parent is recorded"
+    );
     w.run(Command::Del, POD, None).unwrap();
     assert!(children(&w).is_empty());
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
@@ -417,8 +421,8 @@ mod gids {
         let w = world_on(roce_parent(), r#""mode":"macvlan""#, fx);
         w.run(Command::Add, POD, None).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-        assert_eq!(att.gids.len(), 1);
-        let g = &att.gids[0];
+        assert_eq!(att.gids().len(), 1);
+        let g = &att.gids()[0];
         assert_eq!(
             (g.ibdev.as_str(), g.port, g.index, g.gid_type.as_str()),
             ("mlx5_0", 1, 6, "RoCE v2")
@@ -456,7 +460,7 @@ mod gids {
             .load("cn", "c1", "net1")
             .unwrap()
             .unwrap()
-            .gids
+            .gids()
             .is_empty());
     }
 }
@@ -591,7 +595,7 @@ fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
         let w = world(parent.clone(), fields);
         w.run(Command::Add, POD, None).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-        assert_eq!(att.host.name, parent.name, "{fields}");
+        assert_eq!(att.child().unwrap().parent.name, parent.name, "{fields}");
         assert!(
             att.device_id.as_deref() == Some("0") || att.device_id.as_deref() == Some("3"),
             "{fields}: {:?}",
@@ -619,7 +623,7 @@ fn a_pci_device_id_selects_the_parent_and_must_agree_with_master() {
     );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.host.name, "ens1f0v0");
+    assert_eq!(att.child().unwrap().parent.name, "ens1f0v0");
     assert_eq!(att.device_id.as_deref(), Some("0000:3b:00.2"));
     w.run(Command::Del, POD, None).unwrap();
 
@@ -655,7 +659,7 @@ fn rdma_device_names_the_parent_netdev() {
     );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.host.name, "ens1f0np0");
+    assert_eq!(att.child().unwrap().parent.name, "ens1f0np0");
     let kids = children(&w);
     assert_eq!(kids.len(), 1);
     assert_eq!(kids[0].1.link, Some(4), "created on the PF netdev");

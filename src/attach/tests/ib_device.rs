@@ -128,7 +128,7 @@ fn exclusive_mode_moves_the_ib_device_first_and_brings_it_back_first() {
     assert!(netdev_in.is_some(), "then the netdev: {calls:?}");
     assert!(ib_in < netdev_in, "the ib device first: {calls:?}");
     let att = w.store.load("rn", "c9", "net1").unwrap().unwrap();
-    let rec = att.rdma.expect("ib device recorded");
+    let rec = att.ib_device().cloned().expect("ib device recorded");
     assert_eq!(
         (rec.ibdev.as_str(), rec.index, rec.infiniband),
         ("mlx5_0", 3, false)
@@ -348,7 +348,7 @@ fn ipoib_follows_its_ib_device_and_is_renamed_on_both_sides() {
             .load("rn", "c9", "net1")
             .unwrap()
             .unwrap()
-            .rdma
+            .ib_device()
             .unwrap()
             .infiniband
     );

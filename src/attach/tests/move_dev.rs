@@ -148,10 +148,10 @@ fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
 
     let att = w.store.load("rdma-net", "c0ffee", "net1").unwrap().unwrap();
     assert_eq!(att.phase, crate::attach::state::Phase::Ready);
-    assert_eq!(att.host.name, "ens1f0v0");
-    assert_eq!(att.host.mtu, 1500);
+    assert_eq!(att.moved().unwrap().host.name, "ens1f0v0");
+    assert_eq!(att.moved().unwrap().host.mtu, 1500);
     assert_eq!(att.device_key, "pci-0000:3b:00.2");
-    assert!(att.ipam_result.is_some());
+    assert!(att.moved().unwrap().pod_interface.ipam_result.is_some());
 }
 
 #[test]

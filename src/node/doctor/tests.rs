@@ -597,6 +597,7 @@ fn record(env: &Env, network: &str, cid: &str, netns: &str, perm: Option<serde_j
         "phase":"ready","netns":netns,"deviceKey":format!("child-{network}-{cid}-net1"),
         "host":{"name":"ens1f0np0","ifindex":4,"mtu":9000,"hwaddr":"0c:42:a1:3b:00:00",
                 "wasUp":true,"addresses":[]},
+        "child":{"kind":"macvlan","hwaddr":"02:5e:00:00:00:07","summary":"macvlan bridge"},
         "pod":{"namespace":"ml","name":format!("trainer-{cid}")},
         "gids":[{"ip":"10.59.0.9","ibdev":"mlx5_0","port":1,"index":7,"gidType":"RoCE v2"}]});
     if let Some(p) = perm {

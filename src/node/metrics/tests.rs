@@ -242,6 +242,7 @@ fn attachments_become_info_metrics_with_escaped_labels() {
         "phase":"ready","netns":"/run/netns/x","deviceKey":"k",
         "host":{"name":"ens1f0np0","ifindex":4,"mtu":9000,"hwaddr":"0c:42:a1:3b:00:00",
                 "wasUp":true,"addresses":[]},
+        "child":{"kind":"macvlan","hwaddr":"02:5e:00:00:00:07","summary":"macvlan bridge"},
         "pod":{"namespace":"ml","name":"odd\"name\\with\nbreaks"},
         "gids":[{"ip":"10.59.0.9","ibdev":"mlx5_0","port":1,"index":1,"gidType":"IB/RoCE v1"},
                 {"ip":"10.59.0.9","ibdev":"mlx5_0","port":1,"index":7,"gidType":"RoCE v2"}]}))
