@@ -20,7 +20,7 @@ use crate::testutil::TempDir;
 /// A record using every field, as ADD writes it.
 fn record_doc() -> Value {
     json!({
-        "network": "rdma-net", "containerId": "abc123", "ifname": "net1", "mode": "macvlan",
+        "network": "rdma-net", "containerId": "abc123", "ifname": "net1", "mode": "ipoib",
         "phase": "ready", "netns": "/run/netns/p1", "deviceKey": "mac-02_00_00_00_00_01",
         "host": {"name": "ens1f0", "ifindex": 7, "mtu": 1500, "hwaddr": "02:00:00:00:00:01",
                  "permHwaddr": "02:00:00:00:00:01", "pci": "0000:3b:00.2", "wasUp": true,

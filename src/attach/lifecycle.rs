@@ -163,7 +163,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
         };
         match &att {
             Some(att) => {
-                let driver = crate::attach::modes::driver(att.mode);
+                let driver = crate::attach::modes::driver(att.mode());
                 let _lock = match driver.locks_device() {
                     true => Some(ctx.store.lock_device(&att.device_key, pc.lock_timeout)?),
                     false => None,
@@ -252,7 +252,7 @@ pub fn finish_add<'a>(
     } else {
         Some(result.to_value("1.1.0")?)
     };
-    let mode = att.mode.as_str();
+    let mode = att.mode().as_str();
     let pod_interface = att.pod_interface_mut().ok_or_else(|| {
         Error::State(format!(
             "{}: mode {mode} makes no pod interface to finish",

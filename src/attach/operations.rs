@@ -68,7 +68,7 @@ pub fn orphan_del(att: &Attachment, data_dir: &Path) -> Result<Request> {
                 att.id()
             );
             serde_json::json!({"cniVersion": "1.0.0", "name": att.network, "type": "rdma-ns",
-                "mode": att.mode})
+                "mode": att.mode()})
         }
     };
     let mut conf = conf;

@@ -81,17 +81,14 @@ pub struct Attachment {
     pub ifname: String,
     /// The pod as the runtime named it in CNI_ARGS (Kubernetes runtimes and Multus do).
     pub pod: Option<PodRef>,
-    /// The conf's mode: picks the driver that releases the attachment, and agrees with
-    /// `mode_state` (move: [`ModeState::Move`], macvlan and ipoib: [`ModeState::Child`], rdma:
-    /// [`ModeState::Chained`]).
-    pub mode: crate::attach::config::Mode,
     pub phase: Phase,
     pub netns: String,
     /// The pod netns's identity (nsfs device and inode) at ADD: a path reused by another netns
     /// later is not mistaken for this pod's.
     pub netns_id: Option<NetnsId>,
     pub device_key: String,
-    /// What this mode attached.
+    /// What this mode attached; the mode itself ([`Attachment::mode`]) is read from it, so the
+    /// two cannot disagree.
     pub mode_state: ModeState,
     /// Char-device permission changes (conf devicePermissions), restored on release.
     pub perm_changes: Vec<crate::attach::permissions::PermChange>,
@@ -216,21 +213,30 @@ struct RecordWire {
     cni_path: Vec<String>,
 }
 
-/// A record whose mode lacks a field that mode always writes (mode macvlan without `child`,
-/// mode rdma without `rdma`): DEL could not release what it does not name.
+/// A record whose fields do not make an attachment of its mode: DEL could not release what
+/// the record does not name, or would release it the wrong way.
 #[derive(Debug, thiserror::Error)]
-#[error("a mode \"{mode}\" record needs `{field}`, which this one lacks")]
-pub struct RecordFieldMissing {
-    pub mode: &'static str,
-    pub field: &'static str,
+pub enum RecordMismatch {
+    /// Mode macvlan without `child`, mode rdma without `rdma`: a field the mode always writes.
+    #[error("a mode \"{mode}\" record needs `{field}`, which this one lacks")]
+    FieldMissing {
+        mode: &'static str,
+        field: &'static str,
+    },
+    /// Mode macvlan with an IPoIB child, or the reverse.
+    #[error("a mode \"{mode}\" record holds a child of kind \"{kind}\"")]
+    ChildKind {
+        mode: &'static str,
+        kind: &'static str,
+    },
 }
 
 impl TryFrom<RecordWire> for Attachment {
-    type Error = RecordFieldMissing;
+    type Error = RecordMismatch;
 
-    fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordFieldMissing> {
+    fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordMismatch> {
         use crate::attach::config::Mode;
-        let missing = |field| RecordFieldMissing {
+        let missing = |field| RecordMismatch::FieldMissing {
             mode: w.mode.as_str(),
             field,
         };
@@ -248,11 +254,20 @@ impl TryFrom<RecordWire> for Attachment {
                 rdma: w.rdma.clone(),
                 pod_interface: pod_interface(),
             }),
-            Mode::Macvlan | Mode::Ipoib => ModeState::Child(ChildState {
-                parent: w.host.clone(),
-                child: w.child.clone().ok_or_else(|| missing("child"))?,
-                pod_interface: pod_interface(),
-            }),
+            Mode::Macvlan | Mode::Ipoib => {
+                let child = w.child.clone().ok_or_else(|| missing("child"))?;
+                if child.kind.mode() != w.mode {
+                    return Err(RecordMismatch::ChildKind {
+                        mode: w.mode.as_str(),
+                        kind: child.kind.as_str(),
+                    });
+                }
+                ModeState::Child(ChildState {
+                    parent: w.host.clone(),
+                    child,
+                    pod_interface: pod_interface(),
+                })
+            }
             // `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU
             // are the chained attachment's.
             Mode::Rdma => ModeState::Chained(ChainedState {
@@ -269,7 +284,6 @@ impl TryFrom<RecordWire> for Attachment {
             container_id: w.container_id,
             ifname: w.ifname,
             pod: w.pod,
-            mode: w.mode,
             phase: w.phase,
             netns: w.netns,
             netns_id: w.netns_id,
@@ -319,7 +333,7 @@ impl From<&Attachment> for RecordWire {
             container_id: a.container_id.clone(),
             ifname: a.ifname.clone(),
             pod: a.pod.clone(),
-            mode: a.mode,
+            mode: a.mode(),
             phase: a.phase,
             netns: a.netns.clone(),
             netns_id: a.netns_id,
@@ -397,8 +411,8 @@ impl NetnsId {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ChildRecord {
-    /// IFLA_INFO_KIND: `macvlan` or `ipoib`.
-    pub kind: String,
+    /// IFLA_INFO_KIND, which is also the attachment's mode.
+    pub kind: ChildKind,
     pub hwaddr: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipoib: Option<IpoibRecord>,
@@ -406,6 +420,38 @@ pub struct ChildRecord {
     pub macvlan_mode: Option<u32>,
     /// The mode/MTU decision, e.g. "ipoib datagram on ib0, MTU 2044 (auto)".
     pub summary: String,
+}
+
+/// A child interface's kind: its IFLA_INFO_KIND string on disk and in the kernel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChildKind {
+    Macvlan,
+    Ipoib,
+}
+
+impl ChildKind {
+    pub fn of(kind: &crate::kernel::LinkKind) -> ChildKind {
+        match kind {
+            crate::kernel::LinkKind::Macvlan { .. } => ChildKind::Macvlan,
+            crate::kernel::LinkKind::Ipoib { .. } => ChildKind::Ipoib,
+        }
+    }
+
+    /// The IFLA_INFO_KIND string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildKind::Macvlan => "macvlan",
+            ChildKind::Ipoib => "ipoib",
+        }
+    }
+
+    pub fn mode(self) -> crate::attach::config::Mode {
+        match self {
+            ChildKind::Macvlan => crate::attach::config::Mode::Macvlan,
+            ChildKind::Ipoib => crate::attach::config::Mode::Ipoib,
+        }
+    }
 }
 
 /// IPoIB settings as the kernel reported them after creation (IFLA_INFO_DATA).
@@ -428,16 +474,14 @@ impl From<crate::kernel::IpoibInfo> for IpoibRecord {
 }
 
 impl Attachment {
-    /// A new attachment in phase `Adding`: who asked (network, container, interface), the mode,
-    /// the pod netns and what the mode holds; nothing applied or found yet.
+    /// A new attachment in phase `Adding`: who asked (network, container, interface), the pod
+    /// netns and what the mode holds; nothing applied or found yet.
     pub fn adding(
         req: &crate::cni::Request,
-        mode: crate::attach::config::Mode,
         netns: &crate::kernel::Netns,
         device_key: String,
         mode_state: ModeState,
     ) -> Attachment {
-        debug_assert!(mode_state.fits(mode), "{mode:?} with {mode_state:?}");
         Attachment {
             schema: SCHEMA,
             written_by: Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -445,7 +489,6 @@ impl Attachment {
             container_id: req.env.container_id.clone(),
             ifname: req.env.ifname.clone(),
             pod: PodRef::from_args(&req.env.args),
-            mode,
             phase: Phase::Adding,
             netns: netns.path().display().to_string(),
             netns_id: NetnsId::of(netns),
@@ -466,6 +509,11 @@ impl Attachment {
                 .flatten()
                 .map(|id| id.value),
         }
+    }
+
+    /// The conf's mode when ADD ran: picks the driver that releases the attachment.
+    pub fn mode(&self) -> crate::attach::config::Mode {
+        self.mode_state.mode()
     }
 
     pub fn id(&self) -> String {
@@ -562,15 +610,14 @@ impl Attachment {
 }
 
 impl ModeState {
-    /// Whether this is the state `mode` records.
-    pub fn fits(&self, mode: crate::attach::config::Mode) -> bool {
+    /// The mode that records this state.
+    pub fn mode(&self) -> crate::attach::config::Mode {
         use crate::attach::config::Mode;
-        matches!(
-            (self, mode),
-            (ModeState::Move(_), Mode::Move)
-                | (ModeState::Child(_), Mode::Macvlan | Mode::Ipoib)
-                | (ModeState::Chained(_), Mode::Rdma)
-        )
+        match self {
+            ModeState::Move(_) => Mode::Move,
+            ModeState::Child(c) => c.child.kind.mode(),
+            ModeState::Chained(_) => Mode::Rdma,
+        }
     }
 }
 
@@ -1029,7 +1076,6 @@ mod tests {
                 name: Some("trainer".into()),
                 uid: None,
             }),
-            mode: crate::attach::config::Mode::Move,
             phase: Phase::Ready,
             netns: "/run/netns/p1".into(),
             netns_id: Some(NetnsId {
@@ -1323,7 +1369,7 @@ mod tests {
         let moved = mv.moved().expect("mode move loads as a moved device");
         assert_eq!(
             (
-                mv.mode.as_str(),
+                mv.mode().as_str(),
                 moved.host.name.as_str(),
                 moved.host.ifindex
             ),
@@ -1385,7 +1431,7 @@ mod tests {
 
         // A record without `host.addresses`: absent fields read as their default.
         let chained = load("sriov-rdma", "c0ffee04");
-        assert_eq!(chained.mode, crate::attach::config::Mode::Rdma);
+        assert_eq!(chained.mode(), crate::attach::config::Mode::Rdma);
         assert_eq!(
             (chained.schema, chained.netns_id),
             (1, None),
@@ -1437,8 +1483,7 @@ mod tests {
                 let att: Attachment =
                     serde_json::from_slice(line).unwrap_or_else(|e| panic!("{case}: {e}"));
                 assert_eq!(att.schema, SCHEMA, "{case}");
-                assert_eq!(att.mode, mode, "{case}");
-                assert!(att.mode_state.fits(mode), "{case}: {:?}", att.mode_state);
+                assert_eq!(att.mode(), mode, "{case}: {:?}", att.mode_state);
                 assert_eq!(
                     String::from_utf8(record_line(&att).unwrap()).unwrap(),
                     String::from_utf8(line.to_vec()).unwrap(),
@@ -1505,7 +1550,7 @@ mod tests {
         assert_eq!(mac.pod_interface.gid_view, Some(GidView::Host));
 
         let ipoib = loaded["ipoib"].child().expect("a child");
-        assert_eq!(ipoib.child.kind, "ipoib");
+        assert_eq!(ipoib.child.kind, ChildKind::Ipoib);
         assert!(ipoib.child.ipoib.is_some());
         assert_eq!(
             (ipoib.parent.name.as_str(), ipoib.parent.ifindex),
@@ -1577,5 +1622,21 @@ mod tests {
             let direct = serde_json::from_value::<Attachment>(last).unwrap_err();
             assert!(direct.to_string().contains(field), "{direct}");
         }
+        // The mode is read from the child's kind: a record where they disagree is refused too.
+        let lines = frozen("macvlan", "c1:net1.json");
+        let (intent, mut last) = (lines[0].clone(), lines.last().unwrap().clone());
+        last["child"]["kind"] = "ipoib".into();
+        fs::write(&path, format!("{intent}\n{last}\n")).unwrap();
+        let err = store.load("n", "c1", "net1").unwrap_err();
+        assert_eq!(err.code(), 106, "{err}");
+        assert!(
+            err.to_string()
+                .contains(r#"a mode "macvlan" record holds a child of kind "ipoib""#),
+            "{err}"
+        );
+        last["mode"] = "ipoib".into();
+        fs::write(&path, format!("{intent}\n{last}\n")).unwrap();
+        let att = store.load("n", "c1", "net1").unwrap().unwrap();
+        assert_eq!(att.mode(), crate::attach::config::Mode::Ipoib);
     }
 }

@@ -65,7 +65,7 @@ fn pod_name(a: &Attachment) -> String {
 fn device(a: &Attachment) -> String {
     match &a.mode_state {
         ModeState::Move(m) => m.host.name.clone(),
-        ModeState::Child(c) => format!("{} on {}", c.child.kind, c.parent.name),
+        ModeState::Child(c) => format!("{} on {}", c.child.kind.as_str(), c.parent.name),
         ModeState::Chained(c) => c.function.clone(),
     }
 }
@@ -98,7 +98,7 @@ fn row_json(a: &Attachment, netns: NetnsState) -> serde_json::Value {
         "network": a.network,
         "containerId": a.container_id,
         "ifname": a.ifname,
-        "mode": a.mode,
+        "mode": a.mode(),
         "device": device(a),
         "ibDevice": ib_device(a),
         "gidIndexes": gid_indexes(a),
@@ -120,7 +120,7 @@ fn print_table(entries: &[(Attachment, NetnsState)]) {
                 pod_name(a),
                 a.network.clone(),
                 a.ifname.clone(),
-                serde_json::to_value(a.mode)
+                serde_json::to_value(a.mode())
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),

@@ -1168,7 +1168,7 @@ fn check_data_dirs(node: &Node, r: &mut Report) -> Vec<Attachment> {
                 format!("{}/{}:{}", a.network, a.container_id, a.ifname),
                 format!(
                     "attachment{pod} ({}, host device {}): its netns {} is gone, no DEL came",
-                    a.mode.as_str(),
+                    a.mode().as_str(),
                     a.netdev_name(),
                     a.netns
                 ),

@@ -314,7 +314,7 @@ fn attachments(src: &Sources) -> (Family, Family, usize) {
                     ("network", &a.network),
                     ("container_id", &a.container_id),
                     ("interface", &a.ifname),
-                    ("mode", a.mode.as_str()),
+                    ("mode", a.mode().as_str()),
                     ("host_device", a.netdev_name()),
                     ("device", ibdev),
                     ("port", &port),

@@ -261,6 +261,8 @@ fn records(data: &Path) {
             "deviceKey": format!("child-roce-c{r:04}-net1"),
             "host": {"name": format!("ens{d}np{p}"), "ifindex": 100 + d * PORTS + p, "mtu": 9000,
                      "hwaddr": "0c:42:a1:00:00:00", "wasUp": true, "addresses": []},
+            "child": {"kind": "macvlan", "hwaddr": format!("02:5e:00:00:{:02x}:{:02x}", r / 256, r % 256),
+                      "summary": "macvlan bridge"},
             "pod": {"namespace": "ml", "name": format!("trainer-{r}"), "uid": format!("uid-{r}")},
             "gids": [{"ip": format!("10.{d}.{p}.{}", 10 + r / DEVICES), "ibdev": format!("mlx5_{d}"),
                       "port": p + 1, "index": 4 + r / DEVICES, "gidType": "RoCE v2"}]

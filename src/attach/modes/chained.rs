@@ -88,7 +88,7 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         prev_mac: iface.and_then(|i| i.mac.clone()).filter(|m| !m.is_empty()),
         prev_mtu: iface.and_then(|i| i.mtu).filter(|&m| m != 0),
     };
-    let mut att = Attachment::adding(req, pc.mode.kind(), &netns, key, ModeState::Chained(state));
+    let mut att = Attachment::adding(req, &netns, key, ModeState::Chained(state));
     let mut plan = Plan::new(ctx.fault.clone());
     match steps(ctx, req, &netns, &mut att, rec, &mut plan) {
         Ok(()) => {
@@ -272,6 +272,6 @@ fn not_chained(att: &Attachment) -> Error {
     Error::State(format!(
         "record {} is of mode {}, not a chained (rdma) attachment",
         att.id(),
-        att.mode.as_str()
+        att.mode().as_str()
     ))
 }

@@ -16,7 +16,8 @@ use crate::attach::ib_device::RdmaConf;
 use crate::attach::plan::Plan;
 use crate::attach::select::{select_parent, Selector};
 use crate::attach::state::{
-    Attachment, ChildRecord, ChildState, HostDevice, IpoibRecord, ModeState, PodInterface,
+    Attachment, ChildKind, ChildRecord, ChildState, HostDevice, IpoibRecord, ModeState,
+    PodInterface,
 };
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
@@ -362,7 +363,7 @@ impl<'a> ChildAdd<'a> {
         let state = ChildState {
             parent: host,
             child: ChildRecord {
-                kind: child.kind.kind_name().to_string(),
+                kind: ChildKind::of(&child.kind),
                 hwaddr: expected_hwaddr(&child, &parent),
                 ipoib: None,
                 macvlan_mode: None,
@@ -370,13 +371,7 @@ impl<'a> ChildAdd<'a> {
             },
             pod_interface: PodInterface::default(),
         };
-        let att = Attachment::adding(
-            req,
-            pc.mode.kind(),
-            netns,
-            device_key,
-            ModeState::Child(state),
-        );
+        let att = Attachment::adding(req, netns, device_key, ModeState::Child(state));
         let roce_ports = match (&pc.mode, pc.rdma) {
             (ModeConf::Macvlan(_), r) if r != RdmaConf::Off => {
                 gids::roce_ports_of(ctx.sys, &parent.name)?
@@ -649,7 +644,7 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
         Some(i) => kernel.link_by_index(Ns::Host, i).map_err(err)?.filter(ours),
         None => None,
     };
-    if found.is_none() && state.child.kind == "ipoib" {
+    if found.is_none() && state.child.kind == ChildKind::Ipoib {
         let mut candidates: Vec<Link> = kernel
             .links(Ns::Host)
             .map_err(err)?
@@ -700,7 +695,7 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         return Err(mismatch(
             "kind",
             format!("{:?}", link.kind),
-            rec.kind.clone(),
+            rec.kind.as_str().to_string(),
         ));
     }
     if rec.hwaddr.as_deref() != Some(link.hwaddr_string().as_str()) {
@@ -742,6 +737,6 @@ fn not_a_child(att: &Attachment) -> Error {
     Error::State(format!(
         "record {} is of mode {}, not a child interface (macvlan or ipoib)",
         att.id(),
-        att.mode.as_str()
+        att.mode().as_str()
     ))
 }

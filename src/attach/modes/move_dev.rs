@@ -168,7 +168,7 @@ impl<'a> MoveAdd<'a> {
                 ..PodInterface::default()
             },
         };
-        let att = Attachment::adding(req, pc.mode.kind(), netns, key, ModeState::Move(state));
+        let att = Attachment::adding(req, netns, key, ModeState::Move(state));
         Ok(MoveAdd {
             ctx,
             req,
@@ -836,7 +836,7 @@ fn not_moved(att: &Attachment) -> Error {
     Error::State(format!(
         "record {} is of mode {}, not a moved device",
         att.id(),
-        att.mode.as_str()
+        att.mode().as_str()
     ))
 }
 

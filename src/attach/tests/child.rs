@@ -247,7 +247,10 @@ fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
     assert_eq!(kids[0].0, NsKey::pod());
     assert_eq!(kids[0].1.mtu, 1500);
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.child().unwrap().child.kind, "macvlan");
+    assert_eq!(
+        att.child().unwrap().child.kind,
+        crate::attach::state::ChildKind::Macvlan
+    );
     assert_eq!(
         att.child().unwrap().parent.name,
         "ens1f0np0",
