@@ -53,7 +53,8 @@ fn macvlan_conf(extra: Value) -> Value {
 
 #[test]
 fn vm_macvlan_on_rxe_reports_the_gid_index_the_kernel_chose() {
-    let conf = macvlan_conf(json!({}));
+    let log = format!("{}/gid.log", scratch());
+    let conf = macvlan_conf(json!({"logFile": log, "logLevel": "info"}));
     let add = Call::new("ADD", "gidpod", POD, "net1").run(&conf);
     add.ok();
     let rec = record("vmroce", "gidpod", "net1");
@@ -68,6 +69,10 @@ fn vm_macvlan_on_rxe_reports_the_gid_index_the_kernel_chose() {
         "the plugin reports exactly the kernel's index: {rec}"
     );
     eprintln!("pod IP 10.9.0.5 on net1: GID index {kernel_index}");
+    // The operator setting NCCL_IB_GID_INDEX by hand reads it in the log too.
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let want = format!("net1: 10.9.0.5 has GID index {kernel_index} (RoCE v2) on rxe0 port 1");
+    assert!(logged.contains(&want), "want {want:?} in the log: {logged}");
 
     let mut with_prev = conf.clone();
     with_prev["prevResult"] = add.json();

@@ -31,7 +31,8 @@ pub struct GidRecord {
 }
 
 /// Polls `sys` until every IP in `ips` has a GID on one of `ports` (ib device, port) whose
-/// netdev is `ndev`, or until `timeout`. Each IP takes the first port that has it.
+/// netdev is `ndev`, or until `timeout`. Each IP takes the first port that has it; each GID
+/// found is logged, for the operator matching NCCL_IB_GID_INDEX by hand.
 pub fn wait_for_gids(
     sys: &SysRoot,
     ports: &[(String, u32)],
@@ -68,6 +69,16 @@ pub fn wait_for_gids(
             }
         }
         if missing.is_empty() {
+            for g in &found {
+                crate::log_info!(
+                    "{ndev}: {} has GID index {} ({}) on {} port {}",
+                    g.ip,
+                    g.index,
+                    g.gid_type,
+                    g.ibdev,
+                    g.port
+                );
+            }
             return Ok(found);
         }
         if Instant::now() >= deadline {

@@ -549,16 +549,6 @@ impl<'a> ChildAdd<'a> {
                 ifname,
                 self.pc.gid_timeout,
             )?;
-            for g in &found {
-                crate::log_info!(
-                    "{ifname}: {} has GID index {} ({}) on {} port {}",
-                    g.ip,
-                    g.index,
-                    g.gid_type,
-                    g.ibdev,
-                    g.port
-                );
-            }
             let recorded = &mut self.recorded().pod_interface;
             recorded.gids = found;
             recorded.gid_view = Some(gids::GidView::Host);

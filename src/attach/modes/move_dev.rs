@@ -374,17 +374,6 @@ impl<'a> MoveAdd<'a> {
                 }
                 wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
             })?;
-            for g in &found {
-                crate::log_info!(
-                    "{}: {} has GID index {} ({}) on {} port {}",
-                    self.req.env.ifname,
-                    g.ip,
-                    g.index,
-                    g.gid_type,
-                    g.ibdev,
-                    g.port
-                );
-            }
             let recorded = &mut self.recorded().pod_interface;
             if found.is_empty() {
                 recorded.gid_view = None;
