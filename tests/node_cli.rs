@@ -74,10 +74,11 @@ impl FixtureNode {
         FixtureNode { fx, dir }
     }
 
-    fn doctor(&self, extra: &[&str]) -> std::process::Output {
+    /// `rdma-ns doctor` on this node (its sysfs, char devices, /proc, records and confs).
+    fn doctor_command(&self, extra: &[&str]) -> Command {
         let d = |s: &str| self.dir.join(s).display().to_string();
-        Command::new(BIN)
-            .arg("doctor")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("doctor")
             .args(["--sysfs", &self.fx.path().display().to_string()])
             .args([
                 "--dev",
@@ -90,9 +91,12 @@ impl FixtureNode {
             .args(["--conf-dir", &d("confs")])
             .args(extra)
             .env_remove("CNI_COMMAND")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn doctor(&self, extra: &[&str]) -> std::process::Output {
+        self.doctor_command(extra).output().unwrap()
     }
 }
 
@@ -178,24 +182,9 @@ fn doctor_nfd_writes_the_feature_file() {
 fn doctor_nfd_every_refreshes_until_sigterm() {
     let node = FixtureNode::new("every");
     let file = node.dir.join("features");
-    let d = |s: &str| node.dir.join(s).display().to_string();
-    let mut child = Command::new(BIN)
-        .args(["doctor", "--sysfs", &node.fx.path().display().to_string()])
-        .args([
-            "--dev",
-            &d("dev"),
-            "--proc",
-            &d("proc"),
-            "--data-dir",
-            &d("data"),
-        ])
-        .args([
-            "--conf-dir",
-            &d("confs"),
-            "--nfd",
-            &file.display().to_string(),
-        ])
-        .args(["--every", "1"])
+    let nfd = file.display().to_string();
+    let mut child = node
+        .doctor_command(&["--nfd", &nfd, "--every", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
