@@ -236,64 +236,90 @@ impl TryFrom<RecordWire> for Attachment {
 
     fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordMismatch> {
         use crate::attach::config::Mode;
+        let RecordWire {
+            schema,
+            written_by,
+            network,
+            container_id,
+            ifname,
+            pod,
+            mode,
+            phase,
+            netns,
+            netns_id,
+            device_key,
+            host,
+            pod_ifindex,
+            pod_mtu,
+            ipam_result,
+            child,
+            rdma,
+            gids,
+            gid_view,
+            perm_changes,
+            device_info_file,
+            device_id,
+            conf,
+            cni_path,
+        } = w;
         let missing = |field| RecordMismatch::FieldMissing {
-            mode: w.mode.as_str(),
+            mode: mode.as_str(),
             field,
         };
-        let pod_interface = || PodInterface {
-            ifindex: w.pod_ifindex,
-            mtu: w.pod_mtu,
-            ipam_result: w.ipam_result.clone(),
-            gids: w.gids.clone(),
-            gid_view: w.gid_view,
+        let pod_interface = PodInterface {
+            ifindex: pod_ifindex,
+            mtu: pod_mtu,
+            ipam_result,
+            gids,
+            gid_view,
         };
         // Fields a mode never writes are ignored, as older releases ignored them.
-        let mode_state = match w.mode {
+        let mode_state = match mode {
             Mode::Move => ModeState::Move(MoveState {
-                host: w.host.clone(),
-                rdma: w.rdma.clone(),
-                pod_interface: pod_interface(),
+                host,
+                rdma,
+                pod_interface,
             }),
             Mode::Macvlan | Mode::Ipoib => {
-                let child = w.child.clone().ok_or_else(|| missing("child"))?;
-                if child.kind.mode() != w.mode {
+                let child = child.ok_or_else(|| missing("child"))?;
+                if child.kind.mode() != mode {
                     return Err(RecordMismatch::ChildKind {
-                        mode: w.mode.as_str(),
+                        mode: mode.as_str(),
                         kind: child.kind.as_str(),
                     });
                 }
                 ModeState::Child(ChildState {
-                    parent: w.host.clone(),
+                    parent: host,
                     child,
-                    pod_interface: pod_interface(),
+                    pod_interface,
                 })
             }
             // `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU
             // are the chained attachment's.
             Mode::Rdma => ModeState::Chained(ChainedState {
-                function: w.host.pci.clone().ok_or_else(|| missing("host.pci"))?,
-                rdma: w.rdma.clone().ok_or_else(|| missing("rdma"))?,
-                prev_mac: Some(w.host.hwaddr.clone()).filter(|m| !m.is_empty()),
-                prev_mtu: Some(w.host.mtu).filter(|&m| m != 0),
+                function: host.pci.ok_or_else(|| missing("host.pci"))?,
+                rdma: rdma.ok_or_else(|| missing("rdma"))?,
+                prev_mac: Some(host.hwaddr).filter(|m| !m.is_empty()),
+                prev_mtu: Some(host.mtu).filter(|&m| m != 0),
             }),
         };
         Ok(Attachment {
-            schema: w.schema,
-            written_by: w.written_by,
-            network: w.network,
-            container_id: w.container_id,
-            ifname: w.ifname,
-            pod: w.pod,
-            phase: w.phase,
-            netns: w.netns,
-            netns_id: w.netns_id,
-            device_key: w.device_key,
+            schema,
+            written_by,
+            network,
+            container_id,
+            ifname,
+            pod,
+            phase,
+            netns,
+            netns_id,
+            device_key,
             mode_state,
-            perm_changes: w.perm_changes,
-            device_info_file: w.device_info_file,
-            device_id: w.device_id,
-            conf: w.conf,
-            cni_path: w.cni_path,
+            perm_changes,
+            device_info_file,
+            device_id,
+            conf,
+            cni_path,
         })
     }
 }
