@@ -29,18 +29,15 @@ struct FixtureNode {
 impl FixtureNode {
     fn new(tag: &str) -> FixtureNode {
         let fx = SysfsFixture::all().unwrap();
-        for m in [
+        fx.load_modules(&[
             "ib_core",
             "ib_uverbs",
             "rdma_ucm",
             "ib_umad",
             "mlx5_ib",
             "rdma_rxe",
-        ] {
-            fx.write_attr(format!("module/{m}/refcnt"), "1").unwrap();
-        }
-        fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-            .unwrap();
+        ])
+        .unwrap();
         for n in ["ens1f0np0", "ens1f0v0", "enp6s0f0s88", "v0"] {
             fx.write_attr(format!("class/net/{n}/mtu"), "9000").unwrap();
         }

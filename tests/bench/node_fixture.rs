@@ -116,10 +116,7 @@ fn main() {
 }
 
 fn build(fx: &SysfsFixture) {
-    for m in ["ib_core", "ib_uverbs", "rdma_ucm", "ib_umad", "mlx5_ib"] {
-        fx.write_attr(format!("module/{m}/refcnt"), "1").unwrap();
-    }
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+    fx.load_modules(&["ib_core", "ib_uverbs", "rdma_ucm", "ib_umad", "mlx5_ib"])
         .unwrap();
     fx.add_rdma_cm().unwrap();
     for d in 0..DEVICES {

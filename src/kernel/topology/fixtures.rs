@@ -205,6 +205,15 @@ impl SysfsFixture {
         fs::write(p, format!("{value}\n"))
     }
 
+    /// Marks `modules` loaded (`module/<name>/refcnt`) and ib_core's `netns_mode` parameter
+    /// shared (`Y`), as /sys shows a node whose RDMA stack is up.
+    pub fn load_modules(&self, modules: &[&str]) -> io::Result<()> {
+        for m in modules {
+            self.write_attr(format!("module/{m}/refcnt"), "1")?;
+        }
+        self.write_attr("module/ib_core/parameters/netns_mode", "Y")
+    }
+
     /// Removes a file, link or directory tree (to stand for absent or EINVAL attributes).
     pub fn remove(&self, rel: impl AsRef<Path>) -> io::Result<()> {
         let p = self.dir.join(rel.as_ref());

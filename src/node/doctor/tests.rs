@@ -54,11 +54,7 @@ impl Env {
     /// the PF's and rxe's addresses with their GIDs, an unlimited containerd.
     fn healthy() -> Env {
         let fx = SysfsFixture::all().unwrap();
-        for m in MODULES {
-            fx.write_attr(format!("module/{m}/refcnt"), "1").unwrap();
-        }
-        fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-            .unwrap();
+        fx.load_modules(&MODULES).unwrap();
         // RoCE ports at MTU 9000 (active MTU 4096).
         for n in ["ens1f0np0", "ens1f0v0", "enp6s0f0s88", "v0"] {
             fx.write_attr(format!("class/net/{n}/mtu"), "9000").unwrap();
