@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::error::Error;
 
@@ -262,10 +262,25 @@ pub fn bytes() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Conf fields, each with the values it may be given.
+type FieldSamples = Vec<(&'static str, Vec<Value>)>;
+
 /// Values a conf field may be given: a few valid ones, so a document often gets deep into
 /// validation, and the type mistakes an author makes.
-fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
-    use serde_json::json;
+fn conf_fields() -> FieldSamples {
+    [
+        protocol_fields(),
+        device_fields(),
+        child_fields(),
+        setting_fields(),
+        runtime_fields(),
+    ]
+    .concat()
+}
+
+/// The protocol's required fields. They stay first: [`conf_doc`] keeps them present far
+/// more often than the rest.
+fn protocol_fields() -> FieldSamples {
     vec![
         (
             "cniVersion",
@@ -284,6 +299,12 @@ fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
             vec![json!("rdma-net"), json!("n"), json!("-bad"), json!("")],
         ),
         ("type", vec![json!("rdma-ns"), json!("")]),
+    ]
+}
+
+/// How the conf picks the mode and the device.
+fn device_fields() -> FieldSamples {
+    vec![
         (
             "mode",
             vec![
@@ -334,6 +355,12 @@ fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
         ),
         ("pciBusID", vec![json!("0000:3b:00.2"), json!("zz")]),
         ("master", vec![json!("ens1f0"), json!("ib0"), json!("x/y")]),
+    ]
+}
+
+/// The settings of a macvlan or IPoIB child.
+fn child_fields() -> FieldSamples {
+    vec![
         (
             "macvlanMode",
             vec![
@@ -373,6 +400,12 @@ fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
             ],
         ),
         ("umcast", vec![json!(true), json!(false), json!("yes")]),
+    ]
+}
+
+/// The plugin's own settings: RDMA, MTU, timeouts, data directory, device permissions.
+fn setting_fields() -> FieldSamples {
+    vec![
         (
             "rdma",
             vec![json!("auto"), json!("exclusive"), json!("off"), json!("on")],
@@ -403,6 +436,23 @@ fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
             ],
         ),
         (
+            "devicePermissions",
+            vec![
+                json!({"uverbs": "0666", "group": "root"}),
+                json!({"uverbs": "4777"}),
+                json!({"group": 0}),
+                json!({"umad": 666}),
+                json!({"rdma_cm": "0660", "issm": "0600", "group": "4294967295"}),
+            ],
+        ),
+    ]
+}
+
+/// What the runtime and the chain hand the plugin: IPAM and DNS, runtimeConfig and
+/// capabilities, GC's attachments, prevResult.
+fn runtime_fields() -> FieldSamples {
+    vec![
+        (
             "ipam",
             vec![
                 json!({}),
@@ -431,16 +481,6 @@ fn conf_fields() -> Vec<(&'static str, Vec<Value>)> {
             vec![
                 json!({"ips": true, "mac": true, "deviceID": true}),
                 json!({"ips": "yes"}),
-            ],
-        ),
-        (
-            "devicePermissions",
-            vec![
-                json!({"uverbs": "0666", "group": "root"}),
-                json!({"uverbs": "4777"}),
-                json!({"group": 0}),
-                json!({"umad": 666}),
-                json!({"rdma_cm": "0660", "issm": "0600", "group": "4294967295"}),
             ],
         ),
         (
