@@ -87,8 +87,45 @@ pub fn exec_with(
     vars: &[(&str, OsString)],
 ) -> Result<Option<Value>> {
     let name = plugin_name(plugin);
+    let mut child = spawn(plugin, command, vars)?;
+    let writer = feed_stdin(&mut child, stdin);
+    let outcome = read_until_exit(&mut child, Instant::now() + timeout);
+    if outcome.is_err() {
+        // SIGKILL and reap: nothing of the plugin outlives this call, and the caller's undo (IPAM
+        // DEL included) runs after it is gone.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
+    let (status, stdout) = outcome.map_err(|e| match e {
+        Wait::TimedOut => Error::IpamExec(format!(
+            "IPAM plugin `{name}` ({command}) did not finish within ipamTimeoutMs={} and was \
+             killed; check the plugin and what it depends on (whereabouts: the Kubernetes API; \
+             dhcp: its daemon) or raise ipamTimeoutMs",
+            timeout.as_millis()
+        )),
+        Wait::Io(e) => {
+            Error::IpamExec(format!("waiting for IPAM plugin `{name}` ({command}): {e}"))
+        }
+    })?;
+    if status.success() {
+        success_output(&name, command, &stdout)
+    } else {
+        Err(failure(name, command, status, &stdout))
+    }
+}
+
+/// Starts `plugin` for `command`, its stdin and stdout piped, retrying while its binary is
+/// "text file busy".
+fn spawn(
+    plugin: &Path,
+    command: Command,
+    vars: &[(&str, OsString)],
+) -> Result<std::process::Child> {
     let mut attempt = 1;
-    let mut child = loop {
+    loop {
         let mut cmd = std::process::Command::new(plugin);
         // The plugin dies with the thread that started it (which waits for it, or kills it at
         // the timeout): an IPAM ADD left running by a killed rdma-ns could otherwise write its
@@ -107,7 +144,7 @@ pub fn exec_with(
             .stderr(Stdio::inherit())
             .spawn();
         match spawned {
-            Ok(child) => break child,
+            Ok(child) => return Ok(child),
             Err(e)
                 if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
                     && attempt < SPAWN_ATTEMPTS =>
@@ -122,78 +159,63 @@ pub fn exec_with(
                 )))
             }
         }
-    };
+    }
+}
 
-    // A plugin may legitimately exit without reading stdin (broken pipe): write errors are
-    // ignored, its exit status and output decide the outcome.
+/// Hands `stdin` to the plugin and closes its end; the thread still writing, when one was
+/// needed. A plugin may legitimately exit without reading stdin (broken pipe): write errors
+/// are ignored, its exit status and output decide the outcome.
+fn feed_stdin(
+    child: &mut std::process::Child,
+    stdin: &[u8],
+) -> Option<std::thread::JoinHandle<std::io::Result<()>>> {
     let mut pipe = child.stdin.take().expect("stdin was requested as a pipe");
-    let writer = if stdin.len() <= pipe_capacity(&pipe) {
+    if stdin.len() <= pipe_capacity(&pipe) {
         // The conf fits in the empty pipe, so this write cannot block whatever the plugin
         // does; no thread needed (a thread is the costliest part of a spawn here).
         let _ = pipe.write_all(stdin);
-        drop(pipe);
-        None
-    } else {
-        // Written from a thread: a plugin that prints before reading all of stdin would
-        // otherwise deadlock against us on a full pipe.
-        let input = stdin.to_vec();
-        Some(std::thread::spawn(move || pipe.write_all(&input)))
-    };
-    let deadline = Instant::now() + timeout;
-    let outcome = read_until_exit(&mut child, deadline);
-    if outcome.is_err() {
-        // SIGKILL and reap: nothing of the plugin outlives this call, and the caller's undo (IPAM
-        // DEL included) runs after it is gone.
-        let _ = child.kill();
-        let _ = child.wait();
+        return None;
     }
-    if let Some(writer) = writer {
-        let _ = writer.join();
-    }
-    let output = outcome.map_err(|e| match e {
-        Wait::TimedOut => Error::IpamExec(format!(
-            "IPAM plugin `{name}` ({command}) did not finish within ipamTimeoutMs={} and was \
-             killed; check the plugin and what it depends on (whereabouts: the Kubernetes API; \
-             dhcp: its daemon) or raise ipamTimeoutMs",
-            timeout.as_millis()
-        )),
-        Wait::Io(e) => {
-            Error::IpamExec(format!("waiting for IPAM plugin `{name}` ({command}): {e}"))
-        }
-    })?;
+    // Written from a thread: a plugin that prints before reading all of stdin would
+    // otherwise deadlock against us on a full pipe.
+    let input = stdin.to_vec();
+    Some(std::thread::spawn(move || pipe.write_all(&input)))
+}
 
-    let (status, stdout) = output;
-    if status.success() {
-        if stdout.iter().all(u8::is_ascii_whitespace) {
-            return Ok(None);
-        }
-        return serde_json::from_slice(&stdout).map(Some).map_err(|e| {
-            Error::IpamExec(format!(
-                "IPAM plugin `{name}` ({command}) succeeded but its output is not JSON ({e}): {}",
-                excerpt(&stdout)
-            ))
-        });
+/// What a plugin that exited 0 printed: nothing (DEL, CHECK, STATUS, GC) or a JSON result.
+fn success_output(name: &str, command: Command, stdout: &[u8]) -> Result<Option<Value>> {
+    if stdout.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
     }
+    serde_json::from_slice(stdout).map(Some).map_err(|e| {
+        Error::IpamExec(format!(
+            "IPAM plugin `{name}` ({command}) succeeded but its output is not JSON ({e}): {}",
+            excerpt(stdout)
+        ))
+    })
+}
 
+/// The error of a plugin that failed: its own CNI error passed up, else what it did instead.
+fn failure(name: String, command: Command, status: ExitStatus, stdout: &[u8]) -> Error {
     let status = match status.code() {
         Some(code) => format!("exited with status {code}"),
         None => format!("was killed ({status})"),
     };
-    match parse_error(&stdout) {
-        Some((code, msg, details)) => Err(Error::Delegated {
+    match parse_error(stdout) {
+        Some((code, msg, details)) => Error::Delegated {
             plugin: name,
             code,
             msg,
             details,
-        }),
-        None if stdout.iter().all(u8::is_ascii_whitespace) => Err(Error::IpamExec(format!(
+        },
+        None if stdout.iter().all(u8::is_ascii_whitespace) => Error::IpamExec(format!(
             "IPAM plugin `{name}` ({command}) {status} without printing a CNI error; see its \
              stderr"
-        ))),
-        None => Err(Error::IpamExec(format!(
+        )),
+        None => Error::IpamExec(format!(
             "IPAM plugin `{name}` ({command}) {status} and printed no CNI error: {}",
-            excerpt(&stdout)
-        ))),
+            excerpt(stdout)
+        )),
     }
 }
 
