@@ -124,50 +124,8 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 
 impl NetConf {
     pub fn parse(stdin: &[u8], command: Command) -> Result<NetConf> {
-        const WHAT: &str = "network configuration on stdin";
-        // A derived struct would also take an array of its fields in order.
-        let first = stdin.iter().find(|b| !b" \t\r\n".contains(b));
-        if first.is_some_and(|b| *b != b'{') {
-            return Err(Error::decode(WHAT, "expected a JSON object"));
-        }
-        let wire: WireConf = decode::from_slice(stdin, "").map_err(|f| match f {
-            Failure::Field { path, msg } if !path.is_empty() => Error::config(path, msg),
-            other => Error::decode(WHAT, other.joined()),
-        })?;
-
-        let cni_version = match wire.cni_version {
-            Some(v) if !v.is_empty() => v,
-            None => return Err(Error::config("cniVersion", "is required")),
-            Some(v) => {
-                return Err(Error::config(
-                    "cniVersion",
-                    format!("must be a version string such as \"1.1.0\", got {v:?}"),
-                ))
-            }
-        };
-        if !version::is_supported(&cni_version) {
-            return Err(Error::IncompatibleVersion {
-                version: cni_version,
-                msg: format!(
-                    "this plugin supports {}",
-                    version::SUPPORTED_VERSIONS.join(", ")
-                ),
-            });
-        }
-        // STATUS and GC were introduced in 1.1.0; a runtime must not send them for an older
-        // network version.
-        if matches!(command, Command::Status | Command::Gc)
-            && version::compare(&cni_version, "1.1.0") == Some(std::cmp::Ordering::Less)
-        {
-            return Err(Error::IncompatibleVersion {
-                msg: format!(
-                    "{command} exists only since CNI 1.1.0; set the network's cniVersion to \
-                     1.1.0"
-                ),
-                version: cni_version,
-            });
-        }
-
+        let wire = WireConf::decode(stdin)?;
+        let cni_version = version_for(wire.cni_version, command)?;
         let name = required("name", wire.name)?;
         if !is_valid_name(&name) {
             return Err(Error::config(
@@ -179,30 +137,10 @@ impl NetConf {
             ));
         }
         let plugin_type = required("type", wire.plugin_type)?;
-        let ipam = match wire.ipam {
-            // `"ipam": {}` is how many published confs (SR-IOV, Multus examples) say "no IPAM";
-            // the reference plugins skip IPAM when its type is empty, so we do too.
-            None | Some(WireIpam { fields: 0, .. }) => None,
-            Some(WireIpam {
-                plugin_type: Some(t),
-                ..
-            }) if !t.is_empty() => Some(Ipam { plugin_type: t }),
-            Some(_) => {
-                return Err(Error::config(
-                    "ipam.type",
-                    "is required when ipam has other fields (the IPAM plugin's name, e.g. \
-                     \"host-local\")",
-                ))
-            }
-        };
+        let ipam = ipam_of(wire.ipam)?;
         let prev_result = match wire.prev_result {
             None => None,
-            Some(raw) => Some(
-                CniResult::from_json(raw.get().as_bytes(), &cni_version).map_err(|e| match e {
-                    Error::Decode { msg, .. } => Error::decode("prevResult", msg),
-                    other => other,
-                })?,
-            ),
+            Some(raw) => Some(prev_result_of(raw, &cni_version)?),
         };
         let runtime_config = wire.runtime_config.unwrap_or_default().resolve()?;
         let valid_attachments = if command == Command::Gc {
@@ -260,6 +198,83 @@ impl NetConf {
             Failure::Syntax(msg) => Error::decode("network configuration on stdin", msg),
         })
     }
+}
+
+impl<'a> WireConf<'a> {
+    fn decode(stdin: &'a [u8]) -> Result<WireConf<'a>> {
+        const WHAT: &str = "network configuration on stdin";
+        // A derived struct would also take an array of its fields in order.
+        let first = stdin.iter().find(|b| !b" \t\r\n".contains(b));
+        if first.is_some_and(|b| *b != b'{') {
+            return Err(Error::decode(WHAT, "expected a JSON object"));
+        }
+        decode::from_slice(stdin, "").map_err(|f| match f {
+            Failure::Field { path, msg } if !path.is_empty() => Error::config(path, msg),
+            other => Error::decode(WHAT, other.joined()),
+        })
+    }
+}
+
+/// `cniVersion`: present, one this plugin speaks, and new enough for `command`.
+fn version_for(cni_version: Option<String>, command: Command) -> Result<String> {
+    let cni_version = match cni_version {
+        Some(v) if !v.is_empty() => v,
+        None => return Err(Error::config("cniVersion", "is required")),
+        Some(v) => {
+            return Err(Error::config(
+                "cniVersion",
+                format!("must be a version string such as \"1.1.0\", got {v:?}"),
+            ))
+        }
+    };
+    if !version::is_supported(&cni_version) {
+        return Err(Error::IncompatibleVersion {
+            version: cni_version,
+            msg: format!(
+                "this plugin supports {}",
+                version::SUPPORTED_VERSIONS.join(", ")
+            ),
+        });
+    }
+    // STATUS and GC were introduced in 1.1.0; a runtime must not send them for an older
+    // network version.
+    if matches!(command, Command::Status | Command::Gc)
+        && version::compare(&cni_version, "1.1.0") == Some(std::cmp::Ordering::Less)
+    {
+        return Err(Error::IncompatibleVersion {
+            msg: format!(
+                "{command} exists only since CNI 1.1.0; set the network's cniVersion to 1.1.0"
+            ),
+            version: cni_version,
+        });
+    }
+    Ok(cni_version)
+}
+
+/// The IPAM plugin to delegate to, None for no IPAM.
+fn ipam_of(wire: Option<WireIpam>) -> Result<Option<Ipam>> {
+    match wire {
+        // `"ipam": {}` is how many published confs (SR-IOV, Multus examples) say "no IPAM";
+        // the reference plugins skip IPAM when its type is empty, so we do too.
+        None | Some(WireIpam { fields: 0, .. }) => Ok(None),
+        Some(WireIpam {
+            plugin_type: Some(t),
+            ..
+        }) if !t.is_empty() => Ok(Some(Ipam { plugin_type: t })),
+        Some(_) => Err(Error::config(
+            "ipam.type",
+            "is required when ipam has other fields (the IPAM plugin's name, e.g. \
+             \"host-local\")",
+        )),
+    }
+}
+
+/// `prevResult`, read in the layout of the conf's version; its syntax errors name it.
+fn prev_result_of(raw: &RawValue, cni_version: &str) -> Result<CniResult> {
+    CniResult::from_json(raw.get().as_bytes(), cni_version).map_err(|e| match e {
+        Error::Decode { msg, .. } => Error::decode("prevResult", msg),
+        other => other,
+    })
 }
 
 fn required(key: &str, value: Option<String>) -> Result<String> {
