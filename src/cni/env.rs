@@ -114,97 +114,25 @@ impl RawEnv {
     /// Checks the variables `command` needs and reports every problem at once, so one failed
     /// run shows the operator everything to fix.
     pub fn validate(&self, command: Command) -> Result<CniEnv> {
-        let attachment = matches!(command, Command::Add | Command::Del | Command::Check);
-        let mut problems = Problems::default();
-
         // STATUS and GC concern the whole network, so the spec gives them only CNI_PATH; any
         // attachment variables a runtime leaves set are ignored, not validated.
-        let container_id = if attachment {
-            problems
-                .utf8("CNI_CONTAINERID", self.container_id.as_deref(), command)
-                .filter(|id| {
-                    let ok = is_valid_name(id);
-                    if !ok {
-                        problems.push(
-                            "CNI_CONTAINERID",
-                            format!(
-                                "CNI_CONTAINERID {id:?} must start with a letter or digit and \
-                                 hold only letters, digits, '_', '.' and '-'"
-                            ),
-                        );
-                    }
-                    ok
-                })
-                .unwrap_or_default()
+        let attachment = matches!(command, Command::Add | Command::Del | Command::Check);
+        let mut problems = Problems::default();
+        let (container_id, ifname) = if attachment {
+            (
+                self.container_id_for(command, &mut problems),
+                self.ifname_for(command, &mut problems),
+            )
         } else {
-            String::new()
+            (String::new(), String::new())
         };
-
-        let ifname = if attachment {
-            problems
-                .utf8("CNI_IFNAME", self.ifname.as_deref(), command)
-                .filter(|name| match ifname_problem(name) {
-                    None => true,
-                    Some(why) => {
-                        problems.push("CNI_IFNAME", format!("CNI_IFNAME {name:?} {why}"));
-                        false
-                    }
-                })
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-
-        // DEL keeps CNI_NETNS optional: runtimes send it empty once the namespace is gone,
-        // and DEL must still release everything else.
-        let netns = match command {
-            Command::Add | Command::Check => {
-                if self.netns.is_none() {
-                    problems.missing("CNI_NETNS", command);
-                }
-                self.netns.clone().map(PathBuf::from)
-            }
-            Command::Del => self.netns.clone().map(PathBuf::from),
-            _ => None,
-        };
-
-        let path = match &self.path {
-            None => {
-                problems.missing("CNI_PATH", command);
-                Vec::new()
-            }
-            Some(raw) => {
-                let dirs: Vec<PathBuf> = split_path(raw);
-                if dirs.is_empty() {
-                    problems.push("CNI_PATH", format!("CNI_PATH {raw:?} names no directory"));
-                }
-                dirs
-            }
-        };
-
+        let netns = self.netns_for(command, &mut problems);
+        let path = self.path_for(command, &mut problems);
         let args = if attachment {
-            match self.args.as_deref().map(|raw| (raw, raw.to_str())) {
-                None => CniArgs::default(),
-                Some((_, Some(text))) => match CniArgs::parse(text) {
-                    Ok(a) => a,
-                    Err(Error::InvalidEnv { msg, .. }) => {
-                        problems.push("CNI_ARGS", msg);
-                        CniArgs::default()
-                    }
-                    // An unknown key is a different failure (code 2); it is reported only
-                    // when the environment is otherwise sound.
-                    Err(other) if problems.is_empty() => return Err(other),
-                    Err(_) => CniArgs::default(),
-                },
-                Some((raw, None)) => {
-                    problems.push("CNI_ARGS", format!("CNI_ARGS {raw:?} is not UTF-8"));
-                    CniArgs::default()
-                }
-            }
+            self.args_for(&mut problems)?
         } else {
             CniArgs::default()
         };
-
         problems.into_result()?;
         Ok(CniEnv {
             command,
@@ -214,6 +142,86 @@ impl RawEnv {
             args,
             path,
         })
+    }
+
+    fn container_id_for(&self, command: Command, problems: &mut Problems) -> String {
+        problems
+            .utf8("CNI_CONTAINERID", self.container_id.as_deref(), command)
+            .filter(|id| {
+                let ok = is_valid_name(id);
+                if !ok {
+                    problems.push(
+                        "CNI_CONTAINERID",
+                        format!(
+                            "CNI_CONTAINERID {id:?} must start with a letter or digit and hold \
+                             only letters, digits, '_', '.' and '-'"
+                        ),
+                    );
+                }
+                ok
+            })
+            .unwrap_or_default()
+    }
+
+    fn ifname_for(&self, command: Command, problems: &mut Problems) -> String {
+        problems
+            .utf8("CNI_IFNAME", self.ifname.as_deref(), command)
+            .filter(|name| match ifname_problem(name) {
+                None => true,
+                Some(why) => {
+                    problems.push("CNI_IFNAME", format!("CNI_IFNAME {name:?} {why}"));
+                    false
+                }
+            })
+            .unwrap_or_default()
+    }
+
+    /// DEL keeps CNI_NETNS optional: runtimes send it empty once the namespace is gone, and
+    /// DEL must still release everything else.
+    fn netns_for(&self, command: Command, problems: &mut Problems) -> Option<PathBuf> {
+        match command {
+            Command::Add | Command::Check => {
+                if self.netns.is_none() {
+                    problems.missing("CNI_NETNS", command);
+                }
+                self.netns.clone().map(PathBuf::from)
+            }
+            Command::Del => self.netns.clone().map(PathBuf::from),
+            _ => None,
+        }
+    }
+
+    fn path_for(&self, command: Command, problems: &mut Problems) -> Vec<PathBuf> {
+        let Some(raw) = &self.path else {
+            problems.missing("CNI_PATH", command);
+            return Vec::new();
+        };
+        let dirs: Vec<PathBuf> = split_path(raw);
+        if dirs.is_empty() {
+            problems.push("CNI_PATH", format!("CNI_PATH {raw:?} names no directory"));
+        }
+        dirs
+    }
+
+    /// CNI_ARGS, whose syntax problems join the others. An unknown key is a different failure
+    /// (code 2), the error itself when the environment is otherwise sound.
+    fn args_for(&self, problems: &mut Problems) -> Result<CniArgs> {
+        let Some(raw) = self.args.as_deref() else {
+            return Ok(CniArgs::default());
+        };
+        let Some(text) = raw.to_str() else {
+            problems.push("CNI_ARGS", format!("CNI_ARGS {raw:?} is not UTF-8"));
+            return Ok(CniArgs::default());
+        };
+        match CniArgs::parse(text) {
+            Ok(a) => Ok(a),
+            Err(Error::InvalidEnv { msg, .. }) => {
+                problems.push("CNI_ARGS", msg);
+                Ok(CniArgs::default())
+            }
+            Err(other) if problems.is_empty() => Err(other),
+            Err(_) => Ok(CniArgs::default()),
+        }
     }
 }
 
