@@ -272,6 +272,36 @@ pub fn discover(
     let devices = topo
         .device_names()
         .map_err(DiscoverError::sysfs("reading class/infiniband"))?;
+    let (mut ports, uppers) = tie_to_own_ports(&topo, &devices, ifaces)?;
+    ports.extend(place_uppers(&topo, &devices, &uverbs, dev_dir, &uppers)?);
+
+    let mut out = Discovery::default();
+    for tie in ports {
+        let (dev, port) = (&tie.dev, tie.port);
+        let Some(brief) = topo
+            .port_brief(dev, port)
+            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?
+        else {
+            continue;
+        };
+        let finding = describe(&topo, &uverbs, dev_dir, &brief, tie)?;
+        out.problems.extend(problems_of(&finding, &uverbs, dev_dir));
+        out.interfaces.push(finding);
+    }
+    sort_findings(&mut out.interfaces);
+    if out.interfaces.is_empty() {
+        out.problems.push(no_rdma_interface(ifaces, &devices));
+    }
+    Ok(out)
+}
+
+/// The interfaces tied to a port by their own device or, for an IPoIB child, by their port
+/// GID; and the RoCE upper devices with an address, which only a GID table search can tie.
+fn tie_to_own_ports<'i>(
+    topo: &RdmaSysfs<'_>,
+    devices: &[String],
+    ifaces: &'i [Iface],
+) -> Result<(Vec<Tie<'i>>, Vec<&'i Iface>), DiscoverError> {
     let mut ports: Vec<Tie> = Vec::new();
     let mut uppers: Vec<&Iface> = Vec::new();
     for iface in ifaces {
@@ -290,7 +320,7 @@ pub fn discover(
                 ports.push(Tie::new(iface, r.ibdev, r.port, via));
             }
         } else if iface.link_type == ARPHRD_INFINIBAND && iface.hwaddr.len() == IPOIB_ALEN {
-            if let Some((dev, port)) = ipoib_port(&topo, &devices, iface)? {
+            if let Some((dev, port)) = ipoib_port(topo, devices, iface)? {
                 ports.push(Tie::new(iface, dev, port, Via::PortGid));
             }
         } else if iface.link_type == ARPHRD_ETHER
@@ -303,56 +333,51 @@ pub fn discover(
             uppers.push(iface);
         }
     }
-    // Upper devices: first the ib devices the pod can open, then (only if something is still
-    // unplaced) the rest, so that a device whose uverbs node is missing is named as such
-    // instead of the interface looking like it has no RDMA.
+    Ok((ports, uppers))
+}
+
+/// Upper devices: first the ib devices the pod can open, then (only if something is still
+/// unplaced) the rest, so that a device whose uverbs node is missing is named as such instead
+/// of the interface looking like it has no RDMA.
+fn place_uppers<'i>(
+    topo: &RdmaSysfs<'_>,
+    devices: &[String],
+    uverbs: &[CharDev],
+    dev_dir: &Path,
+    uppers: &[&'i Iface],
+) -> Result<Vec<Tie<'i>>, DiscoverError> {
     let visible: Vec<&String> = devices
         .iter()
-        .filter(|d| uverbs_node(&uverbs, d, dev_dir).is_some())
+        .filter(|d| uverbs_node(uverbs, d, dev_dir).is_some())
         .collect();
     let hidden: Vec<&String> = devices.iter().filter(|d| !visible.contains(d)).collect();
-    let mut placed = search_gid_tables(&topo, &visible, &uppers)?;
+    let mut placed = search_gid_tables(topo, &visible, uppers)?;
     let unplaced: Vec<&Iface> = uppers
         .iter()
         .copied()
         .filter(|i| !placed.iter().any(|t| t.iface.name == i.name))
         .collect();
     if !unplaced.is_empty() && !hidden.is_empty() {
-        placed.extend(search_gid_tables(&topo, &hidden, &unplaced)?);
+        placed.extend(search_gid_tables(topo, &hidden, &unplaced)?);
     }
-    ports.extend(placed);
+    Ok(placed)
+}
 
-    let mut out = Discovery::default();
-    for tie in ports {
-        let (dev, port) = (&tie.dev, tie.port);
-        let Some(brief) = topo
-            .port_brief(dev, port)
-            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?
-        else {
-            continue;
-        };
-        let finding = describe(&topo, &uverbs, dev_dir, &brief, tie)?;
-        out.problems.extend(problems_of(&finding, &uverbs, dev_dir));
-        out.interfaces.push(finding);
+fn no_rdma_interface(ifaces: &[Iface], devices: &[String]) -> Problem {
+    Problem {
+        kind: ProblemKind::NoRdmaInterface,
+        ifname: None,
+        msg: format!(
+            "no interface of this network namespace has an ib device behind it ({} \
+             interface(s): {}; {} ib device(s) visible: {}). Attach the pod to an \
+             rdma-ns network (or another RDMA CNI) and give it the RDMA device plugin's \
+             resource",
+            ifaces.len(),
+            list_or_none(ifaces.iter().map(|i| i.name.as_str())),
+            devices.len(),
+            list_or_none(devices.iter().map(|d| d.as_str()))
+        ),
     }
-    sort_findings(&mut out.interfaces);
-    if out.interfaces.is_empty() {
-        out.problems.push(Problem {
-            kind: ProblemKind::NoRdmaInterface,
-            ifname: None,
-            msg: format!(
-                "no interface of this network namespace has an ib device behind it ({} \
-                 interface(s): {}; {} ib device(s) visible: {}). Attach the pod to an \
-                 rdma-ns network (or another RDMA CNI) and give it the RDMA device plugin's \
-                 resource",
-                ifaces.len(),
-                list_or_none(ifaces.iter().map(|i| i.name.as_str())),
-                devices.len(),
-                list_or_none(devices.iter().map(|d| d.as_str()))
-            ),
-        });
-    }
-    Ok(out)
 }
 
 fn list_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
@@ -502,40 +527,8 @@ fn describe(
         ..
     } = tie;
     let dev = dev.as_str();
-    let mut gids = Vec::new();
-    let mut gid_index = None;
-    let mut gid = None;
-    match brief.link_layer {
-        LinkLayer::Ethernet => {
-            let ips = iface.roce_ips();
-            let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-            let hits = match hits {
-                Some(h) => h,
-                None => topo
-                    .gids_matching(dev, brief.index, &wanted, true)
-                    .map_err(DiscoverError::sysfs(format!(
-                        "reading the GID table of {dev} port {}",
-                        brief.index
-                    )))?,
-            };
-            for ip in &ips {
-                let hit = find_gid(&hits, *ip, &iface.name);
-                gids.push(AddrGid {
-                    ip: *ip,
-                    index: hit.as_ref().map(|h| h.0),
-                    gid_type: hit.as_ref().map(|h| h.1.to_string()),
-                });
-            }
-            // IPv4 first (NCCL's default address family), each kind in address order.
-            let v2 = |g: &&AddrGid| g.gid_type.as_deref() == Some("RoCE v2");
-            let chosen = gids
-                .iter()
-                .filter(v2)
-                .find(|g| g.ip.is_ipv4())
-                .or_else(|| gids.iter().find(v2));
-            gid_index = chosen.and_then(|g| g.index);
-            gid = chosen.map(|g| gid_of_ip(g.ip));
-        }
+    let chosen = match brief.link_layer {
+        LinkLayer::Ethernet => roce_gids(topo, dev, brief.index, iface, hits)?,
         LinkLayer::InfiniBand => {
             let g0 = topo
                 .gid_entry(dev, brief.index, 0)
@@ -543,11 +536,14 @@ fn describe(
                     "reading GID 0 of {dev} port {}",
                     brief.index
                 )))?;
-            gid_index = g0.as_ref().map(|g| g.index);
-            gid = g0.map(|g| g.gid);
+            ChosenGid {
+                gids: Vec::new(),
+                index: g0.as_ref().map(|g| g.index),
+                gid: g0.map(|g| g.gid),
+            }
         }
-        LinkLayer::Other(_) => {}
-    }
+        LinkLayer::Other(_) => ChosenGid::default(),
+    };
     Ok(Finding {
         ifname: iface.name.clone(),
         ibdev: dev.to_string(),
@@ -564,9 +560,63 @@ fn describe(
         mtu: iface.mtu,
         netdev_up: iface.up,
         uverbs: uverbs_node(uverbs, dev, dev_dir),
+        gids: chosen.gids,
+        gid_index: chosen.index,
+        gid: chosen.gid,
+    })
+}
+
+/// The GIDs of an interface's addresses on its port, and the one RDMA uses.
+#[derive(Default)]
+struct ChosenGid {
+    gids: Vec<AddrGid>,
+    index: Option<u32>,
+    gid: Option<Ipv6Addr>,
+}
+
+/// The GID of each of a RoCE interface's addresses on `dev` port `port` (from `hits`, the
+/// entries the search that tied it read, else from the table), and the index RDMA uses with
+/// its GID.
+fn roce_gids(
+    topo: &RdmaSysfs<'_>,
+    dev: &str,
+    port: u32,
+    iface: &Iface,
+    hits: Option<Vec<GidEntry>>,
+) -> Result<ChosenGid, DiscoverError> {
+    let ips = iface.roce_ips();
+    let hits = match hits {
+        Some(h) => h,
+        None => {
+            let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
+            topo.gids_matching(dev, port, &wanted, true)
+                .map_err(DiscoverError::sysfs(format!(
+                    "reading the GID table of {dev} port {port}"
+                )))?
+        }
+    };
+    let gids: Vec<AddrGid> = ips
+        .iter()
+        .map(|ip| {
+            let hit = find_gid(&hits, *ip, &iface.name);
+            AddrGid {
+                ip: *ip,
+                index: hit.as_ref().map(|h| h.0),
+                gid_type: hit.as_ref().map(|h| h.1.to_string()),
+            }
+        })
+        .collect();
+    // IPv4 first (NCCL's default address family), each kind in address order.
+    let v2 = |g: &&AddrGid| g.gid_type.as_deref() == Some("RoCE v2");
+    let chosen = gids
+        .iter()
+        .filter(v2)
+        .find(|g| g.ip.is_ipv4())
+        .or_else(|| gids.iter().find(v2));
+    Ok(ChosenGid {
+        index: chosen.and_then(|g| g.index),
+        gid: chosen.map(|g| gid_of_ip(g.ip)),
         gids,
-        gid_index,
-        gid,
     })
 }
 
@@ -581,16 +631,9 @@ fn uverbs_node(uverbs: &[CharDev], ibdev: &str, dev_dir: &Path) -> Option<PathBu
 }
 
 fn problems_of(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> Vec<Problem> {
-    let mut out = Vec::new();
-    let mut push = |kind, msg: String| {
-        out.push(Problem {
-            kind,
-            ifname: Some(f.ifname.clone()),
-            msg,
-        })
-    };
+    let mut found = Vec::new();
     if !f.port_active {
-        push(
+        found.push((
             ProblemKind::PortNotActive,
             format!(
                 "port {} of {} is {} (physical state {}), not ACTIVE: check the cable and \
@@ -598,71 +641,88 @@ fn problems_of(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> Vec<Problem> 
                  the node)",
                 f.port, f.ibdev, f.port_state, f.phys_state, f.ibdev
             ),
-        );
+        ));
     }
     if f.uverbs.is_none() {
-        let msg = match uverbs
-            .iter()
-            .find(|c| c.ibdev.as_deref() == Some(&*f.ibdev))
-        {
-            Some(c) => format!(
-                "{} has no usable uverbs node: {} is missing or not char device {}:{}. Request \
-                 the device plugin's RDMA resource for the pod (it mounts the node), or, in \
-                 exclusive netns mode, attach the ib device to the pod",
-                f.ibdev,
-                dev_dir.join(&c.name).display(),
-                c.major,
-                c.minor
-            ),
-            None => format!(
-                "{} has no uverbs device in sysfs: load ib_uverbs on the node",
-                f.ibdev
-            ),
-        };
-        push(ProblemKind::NoUverbs, msg);
+        found.push((ProblemKind::NoUverbs, no_uverbs(f, uverbs, dev_dir)));
     }
     if f.is_roce() {
-        if f.gids.is_empty() {
-            push(
-                ProblemKind::NoAddress,
-                format!(
-                    "has no IPv4 or routable IPv6 address, so {} port {} has no RoCE v2 GID \
-                     for it: give the network an IPAM",
-                    f.ibdev, f.port
-                ),
-            );
-        }
-        for g in &f.gids {
-            if g.gid_type.as_deref() != Some("RoCE v2") {
-                push(
-                    ProblemKind::NoRoceV2Gid,
-                    format!(
-                        "{} port {} has {} for {}: the kernel adds it when the address is \
-                         set and the port is up; check that the address is not tentative \
-                         (IPv6 DAD) and that {} is the right device",
-                        f.ibdev,
-                        f.port,
-                        match (&g.index, &g.gid_type) {
-                            (Some(i), Some(t)) => format!("only a {t} GID (index {i})"),
-                            _ => "no RoCE v2 GID".to_string(),
-                        },
-                        g.ip,
-                        f.ibdev
-                    ),
-                );
-            }
-        }
+        found.extend(roce_gid_problems(f));
     } else if f.link_layer == "InfiniBand" && f.gid_index.is_none() {
-        push(
+        found.push((
             ProblemKind::NoPortGid,
             format!(
                 "{} port {} has no GID 0 (the port GID): the port is not initialised; check \
                  the subnet manager",
                 f.ibdev, f.port
             ),
-        );
+        ));
     }
-    out
+    found
+        .into_iter()
+        .map(|(kind, msg)| Problem {
+            kind,
+            ifname: Some(f.ifname.clone()),
+            msg,
+        })
+        .collect()
+}
+
+/// Why `f`'s device has no uverbs node this process can open.
+fn no_uverbs(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> String {
+    match uverbs
+        .iter()
+        .find(|c| c.ibdev.as_deref() == Some(&*f.ibdev))
+    {
+        Some(c) => format!(
+            "{} has no usable uverbs node: {} is missing or not char device {}:{}. Request \
+             the device plugin's RDMA resource for the pod (it mounts the node), or, in \
+             exclusive netns mode, attach the ib device to the pod",
+            f.ibdev,
+            dev_dir.join(&c.name).display(),
+            c.major,
+            c.minor
+        ),
+        None => format!(
+            "{} has no uverbs device in sysfs: load ib_uverbs on the node",
+            f.ibdev
+        ),
+    }
+}
+
+/// A RoCE interface without an address, and each address without a RoCE v2 GID.
+fn roce_gid_problems(f: &Finding) -> Vec<(ProblemKind, String)> {
+    let mut found = Vec::new();
+    if f.gids.is_empty() {
+        found.push((
+            ProblemKind::NoAddress,
+            format!(
+                "has no IPv4 or routable IPv6 address, so {} port {} has no RoCE v2 GID for \
+                 it: give the network an IPAM",
+                f.ibdev, f.port
+            ),
+        ));
+    }
+    for g in f
+        .gids
+        .iter()
+        .filter(|g| g.gid_type.as_deref() != Some("RoCE v2"))
+    {
+        let held = match (&g.index, &g.gid_type) {
+            (Some(i), Some(t)) => format!("only a {t} GID (index {i})"),
+            _ => "no RoCE v2 GID".to_string(),
+        };
+        found.push((
+            ProblemKind::NoRoceV2Gid,
+            format!(
+                "{} port {} has {held} for {}: the kernel adds it when the address is set \
+                 and the port is up; check that the address is not tentative (IPv6 DAD) and \
+                 that {} is the right device",
+                f.ibdev, f.port, g.ip, f.ibdev
+            ),
+        ));
+    }
+    found
 }
 
 /// The documented order: by ib device (names compared with their numbers as numbers, so
