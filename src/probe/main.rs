@@ -12,6 +12,7 @@
 //! Prints one JSON document on stdout. Exit status: 0 ready (or the exchange succeeded), 1 not
 //! ready (each problem named on stderr), 2 usage: what a Kubernetes exec readiness probe wants.
 
+mod completions;
 mod verbs;
 
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +27,7 @@ use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::kernel::topology::RdmaSysfs;
 use serde_json::{json, Value};
 
+use completions::Completions;
 use verbs::{Context, Endpoint, PeerInfo};
 
 const USAGE: &str = "usage: rdma-ns-probe [--device DEV --gid-index N [--ib-port P]] \
@@ -384,14 +386,15 @@ fn run_exchange(args: &Args, t: &Target) -> Result<Value, String> {
     for i in 0..args.iters {
         let at = |e: verbs::VerbsError| format!("ping-pong iteration {i}: {e}");
         if server {
-            ep.wait(1, deadline()).map_err(at)?;
+            ep.wait(Completions::recvs(1), deadline()).map_err(at)?;
             ep.post_recv(64).map_err(at)?;
             ep.post_send(64, None).map_err(at)?;
-            ep.wait(1, deadline()).map_err(at)?;
+            ep.wait(Completions::sends(1), deadline()).map_err(at)?;
         } else {
             let t0 = Instant::now();
             ep.post_send(64, None).map_err(at)?;
-            ep.wait(2, deadline()).map_err(at)?;
+            let reply = Completions { sends: 1, recvs: 1 };
+            ep.wait(reply, deadline()).map_err(at)?;
             rtts.push(t0.elapsed());
             ep.post_recv(64).map_err(at)?;
         }
@@ -427,14 +430,15 @@ fn run_exchange(args: &Args, t: &Target) -> Result<Value, String> {
         let mut outstanding = 0;
         for _ in 0..writes {
             if outstanding == (verbs::MAX_SEND as usize) / 2 {
-                ep.wait(1, deadline()).map_err(|e| e.to_string())?;
+                ep.wait(Completions::sends(1), deadline())
+                    .map_err(|e| e.to_string())?;
                 outstanding -= 1;
             }
             ep.post_send(args.size, Some((peer.addr, peer.rkey)))
                 .map_err(|e| e.to_string())?;
             outstanding += 1;
         }
-        ep.wait(outstanding, deadline())
+        ep.wait(Completions::sends(outstanding), deadline())
             .map_err(|e| e.to_string())?;
         let secs = t0.elapsed().as_secs_f64();
         writeln!(stream, "writes-done").map_err(|e| e.to_string())?;

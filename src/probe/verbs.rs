@@ -5,9 +5,11 @@ use std::ffi::CStr;
 use std::io;
 use std::net::Ipv6Addr;
 use std::ptr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdma_sys::*;
+
+use crate::completions::{Completions, PollCq, Waiter, Work};
 
 /// A verbs call that failed, with errno.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +129,7 @@ pub struct Endpoint<'c> {
     mr: *mut ibv_mr,
     qp: *mut ibv_qp,
     buf: Vec<u8>,
+    waiter: Waiter,
 }
 
 /// What the peer needs to reach an endpoint (exchanged over TCP).
@@ -155,6 +158,7 @@ impl<'c> Endpoint<'c> {
             mr: ptr::null_mut(),
             qp: ptr::null_mut(),
             buf: vec![0u8; buf_len.max(64)],
+            waiter: Waiter::default(),
         };
         let dev = &ctx.name;
         ep.pd = unsafe { ibv_alloc_pd(ctx.ctx) };
@@ -322,7 +326,7 @@ impl<'c> Endpoint<'c> {
     pub fn post_recv(&self, len: usize) -> Result<()> {
         let mut sge = self.sge(0, len);
         let mut wr = ibv_recv_wr {
-            wr_id: 1,
+            wr_id: RECV_WR_ID,
             next: ptr::null_mut(),
             sg_list: &mut sge,
             num_sge: 1,
@@ -340,7 +344,7 @@ impl<'c> Endpoint<'c> {
         let mut sge = self.sge(0, len);
         // SAFETY: plain C struct, filled below.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = 2;
+        wr.wr_id = SEND_WR_ID;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
@@ -362,59 +366,71 @@ impl<'c> Endpoint<'c> {
         Ok(())
     }
 
-    /// Waits for `n` successful completions (busy polling, bounded by `deadline`).
-    pub fn wait(&self, n: usize, deadline: Instant) -> Result<()> {
-        let mut got = 0;
-        // SAFETY: plain C struct array the call fills.
-        let mut wc: [ibv_wc; 8] = unsafe { std::mem::zeroed() };
-        let spinning_until = Instant::now() + SPIN;
-        while got < n {
-            let k = unsafe { ibv_poll_cq(self.cq, wc.len() as i32, wc.as_mut_ptr()) };
-            if k < 0 {
-                return Err(fail("ibv_poll_cq", &self.ctx.name, -k));
-            }
-            for c in &wc[..k as usize] {
-                if c.status != ibv_wc_status::IBV_WC_SUCCESS {
-                    let text = unsafe { CStr::from_ptr(ibv_wc_status_str(c.status)) };
-                    return Err(VerbsError {
-                        call: "work completion",
-                        dev: self.ctx.name.clone(),
-                        err: io::Error::other(format!(
-                            "status {} ({})",
-                            c.status,
-                            text.to_string_lossy()
-                        )),
-                    });
-                }
-            }
-            got += k as usize;
-            if k == 0 {
-                if Instant::now() >= deadline {
-                    return Err(VerbsError {
-                        call: "ibv_poll_cq",
-                        dev: self.ctx.name.clone(),
-                        err: io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!("{got} of {n} completions before the deadline"),
-                        ),
-                    });
-                }
-                // Spin briefly for latency, then sleep between polls: on few CPUs (a VM, a
-                // busy node) two pollers that never sleep starve the software RDMA device's
-                // kernel workers they are waiting for (rxe completed nothing for 20 s so).
-                if Instant::now() < spinning_until {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-            }
-        }
-        Ok(())
+    /// Waits for `want` successful completions of each kind (busy polling, bounded by
+    /// `deadline`); one that came early, during another wait, counts here.
+    pub fn wait(&mut self, want: Completions, deadline: Instant) -> Result<()> {
+        let mut cq = VerbsCq {
+            cq: self.cq,
+            dev: &self.ctx.name,
+        };
+        self.waiter.wait(&mut cq, want, deadline)
     }
 }
 
-/// How long a completion wait busy-polls before it starts sleeping between polls.
-const SPIN: Duration = Duration::from_millis(2);
+/// The `wr_id`s the probe posts with, which tell its completions apart.
+const RECV_WR_ID: u64 = 1;
+const SEND_WR_ID: u64 = 2;
+
+/// An endpoint's CQ, polled with ibv_poll_cq.
+struct VerbsCq<'e> {
+    cq: *mut ibv_cq,
+    dev: &'e str,
+}
+
+impl PollCq for VerbsCq<'_> {
+    fn poll(&mut self, room: &mut [Work]) -> Result<usize> {
+        // SAFETY: plain C struct array the call fills.
+        let mut wc: [ibv_wc; 8] = unsafe { std::mem::zeroed() };
+        let max = room.len().min(wc.len());
+        let k = unsafe { ibv_poll_cq(self.cq, max as i32, wc.as_mut_ptr()) };
+        if k < 0 {
+            return Err(fail("ibv_poll_cq", self.dev, -k));
+        }
+        for (slot, c) in room.iter_mut().zip(&wc[..k as usize]) {
+            *slot = work_of(c, self.dev)?;
+        }
+        Ok(k as usize)
+    }
+
+    fn device(&self) -> &str {
+        self.dev
+    }
+}
+
+/// What a successful completion finished; a failed one is an error naming its status.
+fn work_of(c: &ibv_wc, dev: &str) -> Result<Work> {
+    let failed = |what: String| VerbsError {
+        call: "work completion",
+        dev: dev.to_string(),
+        err: io::Error::other(what),
+    };
+    if c.status != ibv_wc_status::IBV_WC_SUCCESS {
+        // SAFETY: ibv_wc_status_str returns a static string for any status.
+        let text = unsafe { CStr::from_ptr(ibv_wc_status_str(c.status)) };
+        return Err(failed(format!(
+            "status {} ({})",
+            c.status,
+            text.to_string_lossy()
+        )));
+    }
+    match c.wr_id {
+        RECV_WR_ID => Ok(Work::Recv),
+        SEND_WR_ID => Ok(Work::Send),
+        other => Err(failed(format!(
+            "wr_id {other}, which the probe never posts"
+        ))),
+    }
+}
 
 impl Drop for Endpoint<'_> {
     fn drop(&mut self) {
