@@ -305,22 +305,67 @@ fn check_port(t: &Target) -> Result<(Value, Vec<String>), String> {
     ))
 }
 
-fn send_info(s: &mut TcpStream, i: &PeerInfo) -> std::io::Result<()> {
-    writeln!(
-        s,
+/// The TCP connection two probes exchange their endpoints and their progress over.
+struct Control {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Control {
+    /// Connects to the listener (`--connect`) or accepts the connector (`--listen`).
+    fn open(args: &Args) -> Result<Control, String> {
+        let stream = match (&args.connect, args.listen) {
+            (Some(addr), _) => {
+                TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?
+            }
+            (None, Some(port)) => {
+                let l = TcpListener::bind(("::", port))
+                    .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+                    .map_err(|e| format!("listening on port {port}: {e}"))?;
+                l.accept().map_err(|e| format!("accepting: {e}"))?.0
+            }
+            _ => unreachable!("checked by the caller"),
+        };
+        stream
+            .set_read_timeout(Some(args.timeout * 4))
+            .map_err(|e| e.to_string())?;
+        let reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
+        Ok(Control { stream, reader })
+    }
+
+    fn send(&mut self, line: &str) -> Result<(), String> {
+        writeln!(self.stream, "{line}").map_err(|e| format!("sending to the peer: {e}"))
+    }
+
+    fn read_line(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        self.reader
+            .read_line(&mut line)
+            .map_err(|e| format!("reading from the peer: {e}"))?;
+        if line.is_empty() {
+            return Err("the peer closed the connection".into());
+        }
+        Ok(line.trim_end().to_string())
+    }
+
+    /// Says `step` is done here and waits until the peer says it too.
+    fn sync(&mut self, step: &str) -> Result<(), String> {
+        self.send(step)?;
+        self.read_line().map(drop)
+    }
+
+    /// Sends this endpoint's info and reads the peer's.
+    fn swap_info(&mut self, mine: &PeerInfo) -> Result<PeerInfo, String> {
+        self.send(&info_line(mine))?;
+        parse_info(&self.read_line()?)
+    }
+}
+
+fn info_line(i: &PeerInfo) -> String {
+    format!(
         "{} {} {} {} {} {}",
         i.qpn, i.psn, i.gid, i.rkey, i.addr, i.active_mtu
     )
-}
-
-fn read_line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
-    let mut line = String::new();
-    r.read_line(&mut line)
-        .map_err(|e| format!("reading from the peer: {e}"))?;
-    if line.is_empty() {
-        return Err("the peer closed the connection".into());
-    }
-    Ok(line.trim_end().to_string())
 }
 
 fn parse_info(line: &str) -> Result<PeerInfo, String> {
@@ -354,33 +399,40 @@ fn run_exchange(args: &Args, t: &Target) -> Result<Value, String> {
         Endpoint::new(&ctx, t.port, t.gid_index as u8, args.size).map_err(|e| e.to_string())?;
     let psn = std::process::id() & 0xff_ffff;
     let server = args.listen.is_some();
-    let mut stream = match (&args.connect, args.listen) {
-        (Some(addr), _) => {
-            TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?
-        }
-        (None, Some(port)) => {
-            let l = TcpListener::bind(("::", port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-                .map_err(|e| format!("listening on port {port}: {e}"))?;
-            l.accept().map_err(|e| format!("accepting: {e}"))?.0
-        }
-        _ => unreachable!("checked by the caller"),
-    };
-    stream
-        .set_read_timeout(Some(args.timeout * 4))
-        .map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
-    let me = ep.info(psn, gid, attr.active_mtu);
-    send_info(&mut stream, &me).map_err(|e| format!("sending to the peer: {e}"))?;
-    let peer = parse_info(&read_line(&mut reader)?)?;
+    let mut control = Control::open(args)?;
+    let peer = control.swap_info(&ep.info(psn, gid, attr.active_mtu))?;
     let path_mtu = attr.active_mtu.min(peer.active_mtu);
     ep.connect(psn, &peer, path_mtu)
         .map_err(|e| e.to_string())?;
     // Both sides post their first receive before either sends.
     ep.post_recv(64).map_err(|e| e.to_string())?;
-    writeln!(stream, "ready").map_err(|e| e.to_string())?;
-    read_line(&mut reader)?;
+    control.sync("ready")?;
+    let rtts = ping_pong(&mut ep, args, server)?;
+    control.sync("pingpong-done")?;
 
+    let mut out = json!({
+        "role": if server { "listen" } else { "connect" },
+        "hca": format!("{}:{}", t.dev, t.port),
+        "gidIndex": t.gid_index,
+        "gid": gid.to_string(),
+        "peerGid": peer.gid.to_string(),
+        "pathMtu": verbs::mtu_bytes(path_mtu),
+        "iters": args.iters,
+    });
+    if server {
+        verify_writes(&ep, &mut control, &mut out)?;
+    } else {
+        let median = median(rtts);
+        out["rttMedianUs"] = json!(median.as_secs_f64() * 1e6);
+        stream_writes(&mut ep, args, &peer, &mut control, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// `args.iters` SEND round trips: the connector sends and waits for the reply, the listener
+/// answers each message. Each side's receive is posted before the peer can send to it. Returns
+/// the connector's round-trip times (none for the listener).
+fn ping_pong(ep: &mut Endpoint, args: &Args, server: bool) -> Result<Vec<Duration>, String> {
     let deadline = || Instant::now() + args.timeout;
     let mut rtts = Vec::with_capacity(args.iters);
     for i in 0..args.iters {
@@ -399,61 +451,65 @@ fn run_exchange(args: &Args, t: &Target) -> Result<Value, String> {
             ep.post_recv(64).map_err(at)?;
         }
     }
-    writeln!(stream, "pingpong-done").map_err(|e| e.to_string())?;
-    read_line(&mut reader)?;
+    Ok(rtts)
+}
 
-    let writes = (args.iters / 10).max(10);
-    let mut out = json!({
-        "role": if server { "listen" } else { "connect" },
-        "hca": format!("{}:{}", t.dev, t.port),
-        "gidIndex": t.gid_index,
-        "gid": gid.to_string(),
-        "peerGid": peer.gid.to_string(),
-        "pathMtu": verbs::mtu_bytes(path_mtu),
-        "iters": args.iters,
-    });
-    if server {
-        // The writer's data lands in this buffer; verified once it says it is done.
-        read_line(&mut reader)?;
-        let ok = ep.buf().iter().enumerate().all(|(i, b)| *b == pattern(i));
-        writeln!(stream, "{}", if ok { "verified" } else { "corrupt" })
-            .map_err(|e| e.to_string())?;
-        out["writeVerified"] = json!(ok);
-        if !ok {
-            return Err("the RDMA WRITE data that arrived differs from what was sent".into());
-        }
-    } else {
-        for (i, b) in ep.buf_mut().iter_mut().enumerate() {
-            *b = pattern(i);
-        }
-        let t0 = Instant::now();
-        let mut outstanding = 0;
-        for _ in 0..writes {
-            if outstanding == (verbs::MAX_SEND as usize) / 2 {
-                ep.wait(Completions::sends(1), deadline())
-                    .map_err(|e| e.to_string())?;
-                outstanding -= 1;
-            }
-            ep.post_send(args.size, Some((peer.addr, peer.rkey)))
-                .map_err(|e| e.to_string())?;
-            outstanding += 1;
-        }
-        ep.wait(Completions::sends(outstanding), deadline())
-            .map_err(|e| e.to_string())?;
-        let secs = t0.elapsed().as_secs_f64();
-        writeln!(stream, "writes-done").map_err(|e| e.to_string())?;
-        let verdict = read_line(&mut reader)?;
-        rtts.sort();
-        let median = rtts[rtts.len() / 2];
-        out["rttMedianUs"] = json!(median.as_secs_f64() * 1e6);
-        out["writeBytes"] = json!(writes * args.size);
-        out["writeGbitPerS"] = json!((writes * args.size) as f64 * 8.0 / secs / 1e9);
-        out["writeVerified"] = json!(verdict == "verified");
-        if verdict != "verified" {
-            return Err(format!("the listener found the written data {verdict}"));
-        }
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The listener's side of the WRITE stream: the writer's data lands in this buffer, checked
+/// once it says it is done.
+fn verify_writes(ep: &Endpoint, control: &mut Control, out: &mut Value) -> Result<(), String> {
+    control.read_line()?;
+    let ok = ep.buf().iter().enumerate().all(|(i, b)| *b == pattern(i));
+    control.send(if ok { "verified" } else { "corrupt" })?;
+    out["writeVerified"] = json!(ok);
+    if !ok {
+        return Err("the RDMA WRITE data that arrived differs from what was sent".into());
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The connector's side of the WRITE stream: a tenth as many writes as ping-pongs (at least
+/// ten) of the pattern into the peer's buffer, half the send queue in flight at most.
+fn stream_writes(
+    ep: &mut Endpoint,
+    args: &Args,
+    peer: &PeerInfo,
+    control: &mut Control,
+    out: &mut Value,
+) -> Result<(), String> {
+    let deadline = || Instant::now() + args.timeout;
+    let writes = (args.iters / 10).max(10);
+    for (i, b) in ep.buf_mut().iter_mut().enumerate() {
+        *b = pattern(i);
+    }
+    let t0 = Instant::now();
+    let mut outstanding = 0;
+    for _ in 0..writes {
+        if outstanding == (verbs::MAX_SEND as usize) / 2 {
+            ep.wait(Completions::sends(1), deadline())
+                .map_err(|e| e.to_string())?;
+            outstanding -= 1;
+        }
+        ep.post_send(args.size, Some((peer.addr, peer.rkey)))
+            .map_err(|e| e.to_string())?;
+        outstanding += 1;
+    }
+    ep.wait(Completions::sends(outstanding), deadline())
+        .map_err(|e| e.to_string())?;
+    let secs = t0.elapsed().as_secs_f64();
+    control.send("writes-done")?;
+    let verdict = control.read_line()?;
+    out["writeBytes"] = json!(writes * args.size);
+    out["writeGbitPerS"] = json!((writes * args.size) as f64 * 8.0 / secs / 1e9);
+    out["writeVerified"] = json!(verdict == "verified");
+    if verdict != "verified" {
+        return Err(format!("the listener found the written data {verdict}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -480,11 +536,7 @@ mod tests {
             addr: 0xdead_beef,
             active_mtu: 3,
         };
-        let line = format!(
-            "{} {} {} {} {} {}",
-            i.qpn, i.psn, i.gid, i.rkey, i.addr, i.active_mtu
-        );
-        assert_eq!(parse_info(&line).unwrap(), i);
+        assert_eq!(parse_info(&info_line(&i)).unwrap(), i);
         assert!(parse_info("17 1 x 1 1 3").is_err());
         assert!(parse_info("17 1").is_err());
     }
