@@ -13,6 +13,7 @@ pub mod discover;
 pub mod error;
 pub mod kernel;
 pub mod log;
+pub mod nad;
 pub mod node;
 #[cfg(test)]
 pub(crate) mod testutil;

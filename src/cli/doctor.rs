@@ -212,7 +212,7 @@ fn load_conf(path: &Path) -> (Vec<rdma_ns::node::confs::RdmaNetwork>, Vec<ConfEr
             }
         }
         Ok(v) => v,
-        Err(json_err) => match super::migrate::nad_config_from_yaml(&text) {
+        Err(json_err) => match rdma_ns::nad::spec_config_from_yaml(&text) {
             Some(config) => match serde_json::from_str(&config) {
                 Ok(c) => return rdma_networks(&format!("{source} (spec.config)"), &c),
                 Err(e) => return err(format!("spec.config is not JSON: {e}")),

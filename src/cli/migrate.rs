@@ -2,10 +2,8 @@
 //! replaces (rdma-cni `rdma`, ipoib-cni `infiniband`, `host-device`; `sriov`/`ib-sriov` stay,
 //! with rdma-ns chained after them) and prints the rdma-ns equivalent conflist on stdout.
 //!
-//! Input: a conflist, a single conf, or a NetworkAttachmentDefinition as JSON or YAML. YAML is
-//! read only as far as a NAD needs: the `spec.config` string (block, single- or double-quoted
-//! scalar). That keeps a YAML parser out of the binary, whose every byte is paid on each CNI
-//! exec. Every field that cannot be carried over gets one warning line on stderr.
+//! Input: a conflist, a single conf, or a NetworkAttachmentDefinition as JSON or YAML
+//! ([`rdma_ns::nad`]). Every field that cannot be carried over gets one warning line on stderr.
 
 use serde_json::{json, Map, Value};
 
@@ -63,29 +61,8 @@ pub fn run(args: &[std::ffi::OsString]) -> std::process::ExitCode {
 /// Migrates the configuration in `text` (named `source` in errors).
 pub fn migrate(source: &str, text: &str) -> Result<Migrated, MigrateError> {
     let invalid = |msg: String| MigrateError::Invalid(source.to_string(), msg);
-    let config = match serde_json::from_str::<Value>(text) {
-        Ok(v) if v.get("kind").and_then(Value::as_str) == Some("NetworkAttachmentDefinition") => {
-            let config = v["spec"]["config"].as_str().ok_or_else(|| {
-                invalid("a NetworkAttachmentDefinition without spec.config".into())
-            })?;
-            parse_conf(config).map_err(|e| invalid(format!("spec.config: {e}")))?
-        }
-        Ok(v) => v,
-        Err(json_err) => {
-            let config = nad_config_from_yaml(text).ok_or_else(|| {
-                invalid(format!(
-                    "neither JSON ({json_err}) nor a NetworkAttachmentDefinition in YAML with \
-                     spec.config"
-                ))
-            })?;
-            parse_conf(&config).map_err(|e| invalid(format!("spec.config: {e}")))?
-        }
-    };
+    let config = rdma_ns::nad::network_config(text).map_err(invalid)?;
     convert(config).map_err(invalid)
-}
-
-fn parse_conf(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
 /// Fields every CNI plugin entry may carry that mean the same to rdma-ns.
@@ -266,94 +243,9 @@ fn rdma_args(p: &Map<String, Value>, n: &mut Map<String, Value>, warnings: &mut 
     }
 }
 
-/// `spec.config` of a NetworkAttachmentDefinition in YAML, as a string: a block scalar
-/// (`config: |`), or a single- or double-quoted scalar over one or more lines. Line breaks in a
-/// quoted scalar fold to spaces, which JSON ignores between tokens.
-pub(crate) fn nad_config_from_yaml(text: &str) -> Option<String> {
-    if !text
-        .lines()
-        .any(|l| l.trim() == "kind: NetworkAttachmentDefinition")
-    {
-        return None;
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    let spec = lines.iter().position(|l| l.trim_end() == "spec:")?;
-    let (at, line) = lines
-        .iter()
-        .enumerate()
-        .skip(spec + 1)
-        .find(|(_, l)| l.trim_start().starts_with("config:"))?;
-    let indent = line.len() - line.trim_start().len();
-    let rest = line.trim_start()["config:".len()..].trim();
-    if rest.starts_with('|') || rest.starts_with('>') {
-        let body: Vec<&str> = lines[at + 1..]
-            .iter()
-            .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent)
-            .copied()
-            .collect();
-        return Some(body.join("\n"));
-    }
-    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
-    let mut joined = rest.to_string();
-    for l in &lines[at + 1..] {
-        if closed(&joined, quote) {
-            break;
-        }
-        joined.push(' ');
-        joined.push_str(l.trim());
-    }
-    if !closed(&joined, quote) {
-        return None;
-    }
-    let end = joined.rfind(quote)?;
-    let inner = &joined[1..end];
-    if quote == '\'' {
-        Some(inner.replace("''", "'"))
-    } else {
-        serde_json::from_str::<String>(&joined[..=end]).ok()
-    }
-}
-
-/// Whether the scalar opened by `quote` at the start of `s` is closed.
-fn closed(s: &str, quote: char) -> bool {
-    let mut chars = s.chars().skip(1).peekable();
-    while let Some(c) = chars.next() {
-        match (c, quote) {
-            ('\\', '"') => {
-                chars.next();
-            }
-            ('\'', '\'') if chars.peek() == Some(&'\'') => {
-                chars.next();
-            }
-            (c, q) if c == q => return true,
-            _ => {}
-        }
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn yaml_nad_configs_in_every_scalar_style_are_found() {
-        let block = "kind: NetworkAttachmentDefinition\nspec:\n  config: |\n    {\"a\": 1,\n     \"b\": \"x\"}\nother: 1\n";
-        assert_eq!(
-            nad_config_from_yaml(block).unwrap().replace(' ', ""),
-            "{\"a\":1,\n\"b\":\"x\"}"
-        );
-        let single =
-            "kind: NetworkAttachmentDefinition\nspec:\n  config: '{\n    \"it''s\": 1\n  }'\n";
-        assert_eq!(nad_config_from_yaml(single).unwrap(), "{ \"it's\": 1 }");
-        let double = "kind: NetworkAttachmentDefinition\nspec:\n  config: \"{\\\"a\\\": 1}\"\n";
-        assert_eq!(nad_config_from_yaml(double).unwrap(), "{\"a\": 1}");
-        assert!(nad_config_from_yaml("kind: Pod\nspec:\n  config: '{}'\n").is_none());
-        assert!(
-            nad_config_from_yaml("kind: NetworkAttachmentDefinition\nspec:\n  config: '{\n")
-                .is_none()
-        );
-    }
 
     #[test]
     fn a_conf_with_nothing_to_migrate_is_refused() {
