@@ -15,5 +15,6 @@ pub mod kernel;
 pub mod log;
 pub mod nad;
 pub mod node;
+pub mod peers;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -84,44 +84,109 @@ fn without_a_subcommand_the_description_goes_to_stderr_only() {
     }
 }
 
-/// `rdma-ns migrate` on the anchors' own README examples (tests/data/migrate/README.md names
-/// each source): the conflist on stdout, one warning line per field not carried over on stderr.
+/// The expectation files of migrate case `name`: its own, else those of the case without its
+/// form tag (`.conf`, `.conflist`, `.nad`), which every form of one configuration shares.
+fn migrate_expectation(dir: &str, name: &str) -> String {
+    if std::path::Path::new(&format!("{dir}/{name}.expected.json")).exists() {
+        return name.to_string();
+    }
+    let (base, form) = name.rsplit_once('.').unwrap_or((name, ""));
+    assert!(
+        ["conf", "conflist", "nad"].contains(&form),
+        "{name}: no {name}.expected.json"
+    );
+    base.to_string()
+}
+
+/// `rdma-ns migrate` on the peers' own README examples and on files with every field of each
+/// peer (tests/data/migrate/README.md names each source): the conflist on stdout, one warning
+/// line per field not carried over and per decision on stderr. The forms of one configuration
+/// (single conf, conflist, NAD) share their expectation, so they must migrate alike.
 #[test]
-fn migrate_turns_the_anchors_examples_into_rdma_ns_conflists() {
+fn migrate_turns_the_peers_configurations_into_rdma_ns_conflists() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/migrate");
     let mut cases = 0;
+    let mut expectations = std::collections::BTreeSet::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
         let Some((name, _)) = file.split_once(".input.") else {
             continue;
         };
         cases += 1;
+        let expected = migrate_expectation(dir, name);
+        expectations.insert(expected.clone());
         let input = e.path();
         let out = run(&["migrate", input.to_str().unwrap()], &[]);
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         let got: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{name}: stdout is not JSON ({e}): {}", text(&out.stdout)));
         let want: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/{name}.expected.json")).unwrap(),
+            &std::fs::read_to_string(format!("{dir}/{expected}.expected.json")).unwrap(),
         )
         .unwrap();
         assert_eq!(got, want, "{name}");
-        let want_warnings: Vec<String> = std::fs::read_to_string(format!("{dir}/{name}.warnings"))
-            .unwrap()
-            .lines()
-            .map(|l| format!("rdma-ns migrate: warning: {l}"))
-            .collect();
+        let want_warnings: Vec<String> =
+            std::fs::read_to_string(format!("{dir}/{expected}.warnings"))
+                .unwrap()
+                .lines()
+                .map(|l| format!("rdma-ns migrate: warning: {l}"))
+                .collect();
         let got_warnings: Vec<String> = text(&out.stderr).lines().map(String::from).collect();
         assert_eq!(got_warnings, want_warnings, "{name}: stderr");
     }
-    assert!(cases >= 5, "{cases} cases in {dir}");
+    let unused: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let name = file.strip_suffix(".expected.json")?.to_string();
+            (!expectations.contains(&name)).then_some(name)
+        })
+        .collect();
+    assert!(unused.is_empty(), "expectations no input uses: {unused:?}");
+    assert!(cases >= 25, "{cases} cases in {dir}");
+}
+
+/// Each peer's every-field case has, in each of its forms, every field the peer's table lists:
+/// the table and the test files are read from the same schema.
+#[test]
+fn migrate_cases_hold_every_field_of_each_peer() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/migrate");
+    for (peer_type, case) in [
+        ("rdma", "rdma-cni-all"),
+        ("ipoib", "ipoib-cni-all"),
+        ("infiniband", "ipoib-cni-first-all"),
+        ("host-device", "host-device-all"),
+        ("sriov", "sriov-cni-all"),
+        ("sriov", "sriov-cni-v1-all"),
+        ("ib-sriov", "ib-sriov-cni-all"),
+    ] {
+        for form in ["conf.input.json", "conflist.input.json", "nad.input.yaml"] {
+            let path = format!("{dir}/{case}.{form}");
+            let config =
+                rdma_ns::nad::network_config(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let plugins = match config.get("plugins") {
+                Some(p) => p.as_array().unwrap().clone(),
+                None => vec![config.clone()],
+            };
+            let entry = plugins
+                .iter()
+                .find(|p| p["type"] == peer_type)
+                .unwrap_or_else(|| panic!("{path}: no {peer_type} entry"));
+            let peer = rdma_ns::peers::peer_of(entry.as_object().unwrap()).unwrap();
+            for field in peer.fields {
+                let found = field.name.split('.').try_fold(entry, |v, key| v.get(key));
+                assert!(found.is_some(), "{path}: no {}", field.name);
+            }
+        }
+    }
 }
 
 #[test]
 fn migrate_reads_standard_input_and_refuses_what_it_cannot_read() {
     let input = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/migrate/ipoib-cni.input.json"
+        "/tests/data/migrate/ipoib-cni-readme.input.json"
     ))
     .unwrap();
     let mut child = Command::new(BIN)
