@@ -33,7 +33,7 @@ fn record_exists(network: &str, container: &str) -> bool {
     std::path::Path::new(&format!("{}/{network}/{container}:net1.json", state_dir())).exists()
 }
 
-/// The attachment record: JSON lines, the last one current (see src/attach/state.rs).
+/// The attachment record: JSON lines, the last one current (see src/attach/store.rs).
 fn record(network: &str, container: &str, ifname: &str) -> Value {
     let path = format!("{}/{network}/{container}:{ifname}.json", state_dir());
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -3,7 +3,7 @@
 
 use crate::attach::gids::{verify_gids, with_view};
 use crate::attach::ib_device::RdmaRecord;
-use crate::attach::state::{self, Attachment};
+use crate::attach::record::Attachment;
 use crate::attach::Ctx;
 use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::Request;
@@ -15,7 +15,7 @@ use crate::kernel::{Link, NetOps, Netns, Ns};
 
 /// CHECK's common start: the attachment's record (108 when there is none) and its pod netns
 /// (3 when it cannot be opened: the container is gone).
-pub fn check_subject(ctx: &Ctx<'_>, req: &Request) -> Result<(state::Attachment, Netns)> {
+pub fn check_subject(ctx: &Ctx<'_>, req: &Request) -> Result<(Attachment, Netns)> {
     let att = ctx
         .store
         .load(&req.conf.name, &req.env.container_id, &req.env.ifname)?

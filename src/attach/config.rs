@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::select::Selector;
-use crate::attach::state::DEFAULT_DATA_DIR;
+use crate::attach::store::DEFAULT_DATA_DIR;
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
 use crate::kernel::{parse_hwaddr, MacvlanMode};

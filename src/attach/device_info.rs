@@ -16,7 +16,7 @@
 //! too.
 
 use crate::attach::plan::Plan;
-use crate::attach::state::Attachment;
+use crate::attach::record::Attachment;
 use crate::attach::Ctx;
 use crate::cni::Request;
 use std::fs;
@@ -246,7 +246,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
                 e,
             )
         })?;
-    crate::attach::state::write_atomic(path, &json, 0o444)
+    crate::attach::store::write_atomic(path, &json, 0o444)
         .map_err(|e| Error::io(format!("writing device-info file {}", path.display()), e))
 }
 

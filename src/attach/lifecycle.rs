@@ -7,8 +7,7 @@ use crate::attach::device_info::remove_device_info;
 use crate::attach::permissions::release_permissions;
 use crate::attach::plan;
 use crate::attach::plan::Plan;
-use crate::attach::state;
-use crate::attach::state::Attachment;
+use crate::attach::record::{self, Attachment};
 use crate::attach::Ctx;
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -19,7 +18,7 @@ use crate::kernel::Netns;
 /// mid-ADD leaves DEL something to go by; its undo removes it.
 pub fn write_intent<'a>(
     ctx: &'a Ctx<'a>,
-    att: &state::Attachment,
+    att: &Attachment,
     plan: &mut plan::Plan<'a>,
 ) -> Result<()> {
     ctx.store.save(att)?;
@@ -213,7 +212,7 @@ pub fn pod_netns(netns: Option<&std::path::Path>, att: &Attachment) -> Result<Op
             )))
         }
     };
-    if recorded && att.netns_id.is_some() && state::NetnsId::of(&ns) != att.netns_id {
+    if recorded && att.netns_id.is_some() && record::NetnsId::of(&ns) != att.netns_id {
         crate::log_info!(
             "{}: {} now names another netns than the pod's, which is gone",
             att.id(),
@@ -241,12 +240,12 @@ pub fn finish_add<'a>(
     ctx: &'a crate::attach::Ctx<'a>,
     req: &crate::cni::Request,
     netns: &Netns,
-    att: &mut crate::attach::state::Attachment,
+    att: &mut Attachment,
     link: &crate::kernel::Link,
     mut result: CniResult,
     plan: &mut Plan<'a>,
 ) -> Result<CniResult> {
-    att.phase = crate::attach::state::Phase::Ready;
+    att.phase = crate::attach::record::Phase::Ready;
     let ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
         None
     } else {

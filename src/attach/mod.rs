@@ -13,8 +13,9 @@ pub mod modes;
 pub mod operations;
 pub mod permissions;
 pub mod plan;
+pub mod record;
 pub mod select;
-pub mod state;
+pub mod store;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -35,7 +36,7 @@ use crate::kernel::{NetOps, Netns};
 
 use config::PluginConf;
 use ipam::{DelegatedIpam, IpamOps};
-use state::Store;
+use store::Store;
 
 /// Everything a mode needs from the outside world.
 pub struct Ctx<'a> {

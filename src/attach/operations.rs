@@ -14,7 +14,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::attach::state::{Attachment, NetnsId, Store};
+use crate::attach::record::{Attachment, NetnsId};
+use crate::attach::store::Store;
 use crate::cni::env::RawEnv;
 use crate::cni::{Command, NetConf, Request};
 use crate::error::{Error, Result};

@@ -34,7 +34,7 @@
 //! each record the other's mode as the original.
 
 use crate::attach::plan::Plan;
-use crate::attach::state::Attachment;
+use crate::attach::record::Attachment;
 use crate::attach::Ctx;
 use crate::cni::Request;
 use std::fs::{self, File, Metadata};

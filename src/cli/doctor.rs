@@ -157,7 +157,7 @@ fn check(args: &Args, node: &mut Node) -> Report {
         }
         let mut dirs = args.data_dirs.clone();
         if dirs.is_empty() {
-            dirs.push(PathBuf::from(rdma_ns::attach::state::DEFAULT_DATA_DIR));
+            dirs.push(PathBuf::from(rdma_ns::attach::store::DEFAULT_DATA_DIR));
         }
         for n in &opts.networks {
             if !dirs.contains(&n.data_dir) {

@@ -52,7 +52,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
         }
     }
     if data_dirs.is_empty() {
-        data_dirs.push(PathBuf::from(rdma_ns::attach::state::DEFAULT_DATA_DIR));
+        data_dirs.push(PathBuf::from(rdma_ns::attach::store::DEFAULT_DATA_DIR));
     }
     let addr = match parse_listen(&listen) {
         Ok(a) => a,

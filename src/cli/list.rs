@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
-use rdma_ns::attach::state::{Attachment, ModeState, Store, DEFAULT_DATA_DIR};
+use rdma_ns::attach::record::{Attachment, ModeState};
+use rdma_ns::attach::store::{Store, DEFAULT_DATA_DIR};
 
 const USAGE: &str = "usage: rdma-ns list [--json] [--data-dir DIR]";
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
-use rdma_ns::attach::state::{Store, DEFAULT_DATA_DIR};
+use rdma_ns::attach::store::{Store, DEFAULT_DATA_DIR};
 use rdma_ns::cni::Plugin;
 
 const USAGE: &str = "usage: rdma-ns reconcile [--dry-run] [--interval SECONDS] [--data-dir DIR]";

@@ -16,7 +16,8 @@ use serde::Serialize;
 use super::confs::{ConfError, RdmaNetwork};
 use super::{NetView, Node};
 use crate::attach::config::{IpoibModeConf, Mode};
-use crate::attach::state::{Attachment, Store};
+use crate::attach::record::Attachment;
+use crate::attach::store::Store;
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::topology::{
     BusDevice, CharDev, CharDevKind, GidType, IbDevice, IbParent, LinkLayer, NumberedState,

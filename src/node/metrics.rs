@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use crate::attach::state::Store;
+use crate::attach::store::Store;
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::{LinkLayer, RdmaSysfs};
 
@@ -304,8 +304,8 @@ fn attachments(src: &Sources) -> (Family, Family, usize) {
                 .unwrap_or_default();
             let index = first_gid.map(|g| g.index.to_string()).unwrap_or_default();
             let phase = match a.phase {
-                crate::attach::state::Phase::Adding => "adding",
-                crate::attach::state::Phase::Ready => "ready",
+                crate::attach::record::Phase::Adding => "adding",
+                crate::attach::record::Phase::Ready => "ready",
             };
             info.sample(
                 &[

@@ -47,7 +47,7 @@ impl Node {
                     .join(release)
                     .join("modules.builtin")
             }),
-            data_dirs: vec![PathBuf::from(crate::attach::state::DEFAULT_DATA_DIR)],
+            data_dirs: vec![PathBuf::from(crate::attach::store::DEFAULT_DATA_DIR)],
         }
     }
 

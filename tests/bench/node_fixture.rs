@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rdma_ns::attach::state::{Attachment, Store};
+use rdma_ns::attach::record::Attachment;
+use rdma_ns::attach::store::Store;
 use rdma_ns::kernel::topology::fixtures::{
     CharDevSpec, GidSpec, IbDeviceSpec, IbParentSpec, NetdevSpec, PciSpec, PortSpec, SysfsFixture,
 };

@@ -14,11 +14,11 @@ use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
 use crate::attach::gids;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::plan::Plan;
-use crate::attach::select::{select_parent, Selector};
-use crate::attach::state::{
+use crate::attach::record::{
     Attachment, ChildKind, ChildRecord, ChildState, HostDevice, IpoibRecord, ModeState,
     PodInterface,
 };
+use crate::attach::select::{select_parent, Selector};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -422,7 +422,7 @@ impl<'a> ChildAdd<'a> {
             &parent_ibdevs,
             plan,
         )?;
-        // Appended without fsync, as in move mode (state.rs): only a power loss can lose it, and
+        // Appended without fsync, as in move mode (store.rs): only a power loss can lose it, and
         // that takes the pod netns and the child with it.
         crate::attach::lifecycle::finish_add(ctx, req, netns, &mut self.att, &link, result, plan)
     }

@@ -10,7 +10,7 @@ pub mod move_dev;
 use std::path::Path;
 
 use crate::attach::config::{Mode, PluginConf};
-use crate::attach::state::Attachment;
+use crate::attach::record::Attachment;
 use crate::attach::Ctx;
 use crate::cni::result::CniResult;
 use crate::cni::Request;

@@ -249,7 +249,7 @@ fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     assert_eq!(
         att.child().unwrap().child.kind,
-        crate::attach::state::ChildKind::Macvlan
+        crate::attach::record::ChildKind::Macvlan
     );
     assert_eq!(
         att.child().unwrap().parent.name,
@@ -502,7 +502,7 @@ fn a_plugin_killed_after_creating_the_child_leaves_del_enough_to_find_it() {
         }
         std::fs::write(&path, format!("{}\n", lines[0])).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-        assert_eq!(att.phase, crate::attach::state::Phase::Adding);
+        assert_eq!(att.phase, crate::attach::record::Phase::Adding);
         if refunded {
             let mut st = w.kernel.state.borrow_mut();
             let kid = st.links.iter_mut().find(|(_, l)| l.link.is_some()).unwrap();

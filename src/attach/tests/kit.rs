@@ -12,7 +12,7 @@ use ipnetwork::IpNetwork;
 
 use crate::attach::config::PluginConf;
 use crate::attach::plan::Fault;
-use crate::attach::state::Store;
+use crate::attach::store::Store;
 use crate::attach::testkit::{Call, FakeIpam, FakeKernel, FakeRdma, POD};
 use crate::attach::{gc, lifecycle, modes, Ctx};
 use crate::cni::env::RawEnv;

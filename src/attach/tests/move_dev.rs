@@ -147,7 +147,7 @@ fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
     assert_eq!(result.ips[0].interface, Some(0));
 
     let att = w.store.load("rdma-net", "c0ffee", "net1").unwrap().unwrap();
-    assert_eq!(att.phase, crate::attach::state::Phase::Ready);
+    assert_eq!(att.phase, crate::attach::record::Phase::Ready);
     assert_eq!(att.moved().unwrap().host.name, "ens1f0v0");
     assert_eq!(att.moved().unwrap().host.mtu, 1500);
     assert_eq!(att.device_key, "pci-0000:3b:00.2");

@@ -237,7 +237,7 @@ fn unreadable_counters_are_counted_not_fatal() {
 fn attachments_become_info_metrics_with_escaped_labels() {
     let fx = SysfsFixture::all().unwrap();
     let data = TempDir::new("metrics");
-    let att: crate::attach::state::Attachment = serde_json::from_value(json!({
+    let att: crate::attach::record::Attachment = serde_json::from_value(json!({
         "network":"roce","containerId":"c0ffee","ifname":"net1","mode":"macvlan",
         "phase":"ready","netns":"/run/netns/x","deviceKey":"k",
         "host":{"name":"ens1f0np0","ifindex":4,"mtu":9000,"hwaddr":"0c:42:a1:3b:00:00",

@@ -1,0 +1,737 @@
+//! Where attachment records live, and per-device locks.
+//!
+//! Layout under the data dir (default `/var/lib/cni/rdma-ns`, conf `dataDir`), directories
+//! 0700:
+//! - `<network>/<containerID>:<ifname>.json`: one record per attachment (record.rs). Network
+//!   names and container ids match `[a-zA-Z0-9][a-zA-Z0-9_.-]*` and neither they nor ifnames
+//!   may hold `/` or `:`, so the name is unique and cannot escape the directory (checked again
+//!   here).
+//! - `locks/<device-key>.lock`: flock(2) files serializing attachments that contend for one
+//!   device. Different devices never wait for each other.
+//!
+//! A record file holds one JSON document per line, the last readable one counting:
+//! - the intent ("adding"), written *before* the device is moved, atomically and durably
+//!   (temp file, fsync, rename, fsync dir), so even a plugin killed mid-ADD, or a node that
+//!   lost power, leaves DEL everything it needs to bring the device back;
+//! - the final state ("ready", with the pod ifindex, MTU and IPAM result), appended when ADD
+//!   completes, without fsync. If a crash loses or tears that line, the intent line before it
+//!   still reads, and DEL/GC work from it (they only need what the intent holds; the pod
+//!   ifindex saves one lookup by name, the MTU serves CHECK). Syncing it too would cost two more
+//!   fsyncs per ADD (file and directory) for no gain in what survives a crash.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::attach::record::{Attachment, Unreadable};
+use crate::error::{Error, Result};
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/rdma-ns";
+
+/// A component that may become a file or directory name: non-empty, no `/`, no NUL, not `.`
+/// or `..`. Everything written under the data dir passes through this.
+fn safe_component(kind: &str, s: &str) -> Result<()> {
+    if s.is_empty() || s == "." || s == ".." || s.contains(['/', '\0']) {
+        return Err(Error::State(format!(
+            "{kind} {s:?} cannot be used in a state file name"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    pub fn new(dir: impl Into<PathBuf>) -> Store {
+        Store { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn network_dir(&self, network: &str) -> Result<PathBuf> {
+        safe_component("network name", network)?;
+        Ok(self.dir.join(network))
+    }
+
+    fn record_path(&self, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf> {
+        safe_component("container id", container_id)?;
+        safe_component("interface name", ifname)?;
+        if container_id.contains(':') || ifname.contains(':') {
+            return Err(Error::State(format!(
+                "container id {container_id:?} or ifname {ifname:?} contains ':'"
+            )));
+        }
+        Ok(self
+            .network_dir(network)?
+            .join(bounded_file_name(container_id, &format!(":{ifname}.json"))))
+    }
+
+    /// Creates the data dir (0700) if needed. The data dir and its subdirectories must be real
+    /// directories, not symlinks (a record or lock written through one lands wherever it
+    /// points), and are kept 0700: a directory others can write lets a local user plant
+    /// records or symlinks for the root plugin to follow.
+    pub fn ensure_dir(&self, sub: Option<&str>) -> Result<PathBuf> {
+        let dir = match sub {
+            Some(s) => {
+                safe_component("state subdirectory", s)?;
+                self.dir.join(s)
+            }
+            None => self.dir.clone(),
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "creating state directory {} (set `dataDir` to a writable directory)",
+                        dir.display()
+                    ),
+                    e,
+                )
+            })?;
+        // The data dir itself may be a symlink the operator made; what rdma-ns creates under it
+        // may not.
+        private_dir(&self.dir, true)?;
+        if sub.is_some() {
+            private_dir(&dir, false)?;
+        }
+        Ok(dir)
+    }
+
+    /// Writes `att` as the whole record, atomically and durably: done before anything changes
+    /// in the kernel.
+    pub fn save(&self, att: &Attachment) -> Result<()> {
+        let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
+        self.ensure_dir(Some(&att.network))?;
+        write_atomic(&path, &record_line(att)?, 0o600)
+            .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
+    }
+
+    /// Appends `att` to its existing record as the new current state, without fsync (see the
+    /// module doc: losing it leaves the durable intent line). Falls back to [`Store::save`]
+    /// when there is no record to append to.
+    pub fn update(&self, att: &Attachment) -> Result<()> {
+        let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
+        let line = record_line(att)?;
+        let file = OpenOptions::new().append(true).open(&path);
+        match file {
+            Ok(mut f) => f
+                .write_all(&line)
+                .map_err(|e| Error::io(format!("appending to state file {}", path.display()), e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.save(att),
+            Err(e) => Err(Error::io(
+                format!("opening state file {}", path.display()),
+                e,
+            )),
+        }
+    }
+
+    pub fn load(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<Attachment>> {
+        let path = self.record_path(network, container_id, ifname)?;
+        read_record(&path)
+    }
+
+    pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<()> {
+        let path = self.record_path(network, container_id, ifname)?;
+        remove_stale_temps(&path);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(
+                format!("removing state file {}", path.display()),
+                e,
+            )),
+        }
+    }
+
+    /// Every attachment of `network` (for GC). Unreadable records are reported, not skipped.
+    pub fn list(&self, network: &str) -> Result<(Vec<Attachment>, Vec<Error>)> {
+        let dir = self.network_dir(network)?;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+        };
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+            let name = entry.file_name();
+            if let Some(pid) = temp_file_pid(&name.to_string_lossy()) {
+                if !pid_alive(pid) {
+                    let _ = fs::remove_file(entry.path());
+                }
+                continue;
+            }
+            if !name.to_string_lossy().ends_with(".json") {
+                continue;
+            }
+            match read_record(&entry.path()) {
+                Ok(Some(a)) => found.push(a),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        found.sort_by_key(Attachment::id);
+        Ok((found, errors))
+    }
+
+    /// Every attachment of every network (to find who holds a device), and the records that
+    /// could not be read: a caller deciding what no one holds must count those as holding
+    /// anything.
+    pub fn list_all(&self) -> (Vec<Attachment>, Vec<Error>) {
+        let mut all = Vec::new();
+        let mut unreadable = Vec::new();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return (all, unreadable),
+            Err(e) => {
+                unreadable.push(Error::io(format!("listing {}", self.dir.display()), e));
+                return (all, unreadable);
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "locks" || !entry.path().is_dir() {
+                continue;
+            }
+            match self.list(&name) {
+                Ok((atts, errors)) => {
+                    all.extend(atts);
+                    unreadable.extend(errors);
+                }
+                Err(e) => unreadable.push(e),
+            }
+        }
+        (all, unreadable)
+    }
+
+    /// Checks the data dir is writable: creates and removes a probe file.
+    pub fn probe_writable(&self) -> Result<()> {
+        self.ensure_dir(None)?;
+        let probe = self.dir.join(format!(".probe-{}", std::process::id()));
+        write_atomic(&probe, b"ok", 0o600)
+            .and_then(|_| fs::remove_file(&probe))
+            .map_err(|e| {
+                Error::io(
+                    format!("state directory {} is not writable", self.dir.display()),
+                    e,
+                )
+            })
+    }
+
+    /// Takes the lock of `device_key`, waiting at most `timeout`; code 11 when it stays busy.
+    pub fn lock_device(&self, device_key: &str, timeout: Duration) -> Result<DeviceLock> {
+        safe_component("device key", device_key)?;
+        let dir = self.ensure_dir(Some("locks"))?;
+        let path = dir.join(bounded_file_name(device_key, ".lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening lock file {}", path.display()), e))?;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            // LOCK_NB + bounded polling instead of a blocking flock: a stuck holder must turn into
+            // "try again later" for the runtime, never into a hung pod start. Not nix's `Flock`:
+            // it unlocks (LOCK_UN) on drop, which would also release the lock an IPAM plugin
+            // inherited (`inherit_by_children`); closing the fd drops only this reference.
+            let rc = unsafe {
+                nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB)
+            };
+            if rc == 0 {
+                return Ok(DeviceLock { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(nix::libc::EWOULDBLOCK) {
+                return Err(Error::io(format!("locking {}", path.display()), err));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::TryAgainLater(format!(
+                    "device {device_key} is locked by another rdma-ns invocation for more than {} ms \
+                     (lock file {}); retry, or find the stuck process with `fuser {}`",
+                    timeout.as_millis(),
+                    path.display(),
+                    path.display()
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The longest file name written under the data dir: NAME_MAX (255) less what a temp file of
+/// [`write_atomic`] adds (`.`, `.tmp-`, a pid of up to 7 digits).
+const MAX_FILE_NAME: usize = 240;
+
+/// `stem` + `suffix` when it fits in [`MAX_FILE_NAME`], else a prefix of `stem` and a hash of
+/// all of it. The CNI spec puts no length limit on container IDs, and runtimes send 64-char
+/// ones; a long one would fail every open(2) with ENAMETOOLONG and so every DEL forever.
+/// Names that fit are the ones every earlier version wrote, so their records are still found;
+/// the full ID is inside the record. FNV-1a, because the name must be the same for every
+/// future binary (std's hasher promises no stable output).
+fn bounded_file_name(stem: &str, suffix: &str) -> String {
+    if stem.len() + suffix.len() <= MAX_FILE_NAME {
+        return format!("{stem}{suffix}");
+    }
+    let hash = stem.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let keep = MAX_FILE_NAME - suffix.len() - 17;
+    let mut cut = keep;
+    while !stem.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}~{hash:016x}{suffix}", &stem[..cut])
+}
+
+/// The pid in a temp file name of [`write_atomic`] (`.<name>.tmp-<pid>`).
+fn temp_file_pid(name: &str) -> Option<i32> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    pid.parse().ok()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    pid == std::process::id() as i32
+        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            != Err(nix::errno::Errno::ESRCH)
+}
+
+/// Temp files of `path` left by writers that are gone (a plugin killed mid-write).
+fn remove_stale_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let entry_name = entry.file_name().to_string_lossy().into_owned();
+        if !entry_name.starts_with(&prefix) {
+            continue;
+        }
+        if temp_file_pid(&entry_name).is_some_and(|pid| !pid_alive(pid)) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// `dir` is a directory (with `follow` false, a real one, not a symlink) with no access for
+/// group or others; wider modes are narrowed to 0700, with a warning.
+fn private_dir(dir: &Path, follow: bool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = if follow {
+        fs::metadata(dir)
+    } else {
+        fs::symlink_metadata(dir)
+    }
+    .map_err(|e| Error::io(format!("checking state directory {}", dir.display()), e))?;
+    if !meta.file_type().is_dir() {
+        return Err(Error::State(format!(
+            "state directory {} is a symlink or not a directory; remove it, or set `dataDir` to a \
+             real directory",
+            dir.display()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        crate::log_warn!(
+            "state directory {} had mode {mode:04o}; narrowing it to 0700",
+            dir.display()
+        );
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(format!("narrowing {} to 0700", dir.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Held while an attachment changes its device; released on drop (the fd closes) and when
+/// every process that inherited it is gone.
+#[derive(Debug)]
+pub struct DeviceLock {
+    _file: File,
+}
+
+impl DeviceLock {
+    /// Clears FD_CLOEXEC, so processes spawned while the lock is held keep it locked for as
+    /// long as they run: flock(2) locks belong to the open file, shared across fork and exec.
+    pub fn inherit_by_children(&self) -> io::Result<()> {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(&self._file, FcntlArg::F_SETFD(FdFlag::empty()))
+            .map(drop)
+            .map_err(io::Error::from)
+    }
+}
+
+fn read_record(path: &Path) -> Result<Option<Attachment>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::io(
+                format!("reading state file {}", path.display()),
+                e,
+            ))
+        }
+    };
+    Attachment::from_record_file(&bytes)
+        .map(Some)
+        .map_err(|e| match e {
+            Unreadable::Corrupt(whole) => Error::State(format!(
+                "state file {} is corrupt ({whole}); inspect it, then remove it to let DEL proceed",
+                path.display()
+            )),
+            Unreadable::Mismatch(e) => Error::State(format!(
+                "state file {} is unusable: {e}; inspect it, then remove it to let DEL proceed \
+                 (what it attached must then be released by hand)",
+                path.display()
+            )),
+        })
+}
+
+/// One record line of `att`.
+fn record_line(att: &Attachment) -> Result<Vec<u8>> {
+    att.record_line()
+        .map_err(|e| Error::State(format!("encoding state for {}: {e}", att.id())))
+}
+
+/// Writes `path` atomically: a temp file in the same dir (never through a symlink), fsync,
+/// rename over the target, fsync the directory. A crash leaves the old file or the new one.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        // A temp file left by a killed run with a recycled pid is ours to replace.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::record::{
+        HostDevice, ModeState, MoveState, NetnsId, Phase, PodInterface, PodRef, SCHEMA,
+    };
+    use crate::testutil::TempDir;
+
+    fn sample() -> Attachment {
+        Attachment {
+            schema: SCHEMA,
+            written_by: Some("0.1.0".into()),
+            network: "rdma-net".into(),
+            container_id: "abc123".into(),
+            ifname: "net1".into(),
+            pod: Some(PodRef {
+                namespace: Some("default".into()),
+                name: Some("trainer".into()),
+                uid: None,
+            }),
+            phase: Phase::Ready,
+            netns: "/run/netns/p1".into(),
+            netns_id: Some(NetnsId {
+                dev: 4,
+                ino: 4026532801,
+            }),
+            device_key: "mac-02_00_00_00_00_01".into(),
+            mode_state: ModeState::Move(MoveState {
+                host: HostDevice {
+                    name: "ens1f0v0".into(),
+                    ifindex: 7,
+                    mtu: 1500,
+                    hwaddr: "02:00:00:00:00:01".into(),
+                    perm_hwaddr: None,
+                    pci: Some("0000:3b:00.2".into()),
+                    was_up: true,
+                    addresses: vec!["192.0.2.1/24".into()],
+                },
+                rdma: None,
+                pod_interface: PodInterface {
+                    ifindex: Some(7),
+                    mtu: Some(9000),
+                    ..PodInterface::default()
+                },
+            }),
+            perm_changes: Vec::new(),
+            device_info_file: None,
+            device_id: Some("0".into()),
+            conf: None,
+            cni_path: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_container_id_longer_than_a_file_name_still_saves_loads_and_removes() {
+        let tmp = TempDir::new("state-long");
+        let store = Store::new(tmp.path().join("data"));
+        let mut att = sample();
+        att.container_id = "c".repeat(300);
+        store.save(&att).unwrap();
+        let names: Vec<String> = fs::read_dir(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].len() <= MAX_FILE_NAME, "{}", names[0].len());
+        assert!(names[0].ends_with(":net1.json"));
+        let loaded = store
+            .load("rdma-net", &att.container_id, "net1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            loaded.container_id, att.container_id,
+            "the full ID is inside"
+        );
+        // Another long ID with the same prefix gets its own file.
+        let mut other = att.clone();
+        other.container_id = format!("{}d", "c".repeat(299));
+        store.save(&other).unwrap();
+        assert_eq!(
+            fs::read_dir(tmp.path().join("data/rdma-net"))
+                .unwrap()
+                .count(),
+            2
+        );
+        store.remove("rdma-net", &att.container_id, "net1").unwrap();
+        store
+            .remove("rdma-net", &other.container_id, "net1")
+            .unwrap();
+        assert_eq!(
+            fs::read_dir(tmp.path().join("data/rdma-net"))
+                .unwrap()
+                .count(),
+            0
+        );
+        // Names that fit keep the form every earlier version wrote.
+        assert_eq!(bounded_file_name("abc", ":eth0.json"), "abc:eth0.json");
+        let lock = store.lock_device(
+            &format!("child-n-{}-net1", "x".repeat(300)),
+            Duration::from_secs(1),
+        );
+        assert!(lock.is_ok(), "{lock:?}");
+    }
+
+    #[test]
+    fn temp_files_of_killed_writers_are_removed_and_live_ones_kept() {
+        let tmp = TempDir::new("state-temps");
+        let store = Store::new(tmp.path().join("data"));
+        let att = sample();
+        store.save(&att).unwrap();
+        let dir = tmp.path().join("data/rdma-net");
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let record = bounded_file_name(&att.container_id, ":net1.json");
+        let stale = dir.join(format!(".{record}.tmp-{dead}"));
+        let live = dir.join(format!(".{record}.tmp-{}", std::process::id()));
+        let other_stale = dir.join(format!(".other:eth1.json.tmp-{dead}"));
+        for f in [&stale, &live, &other_stale] {
+            fs::write(f, b"{").unwrap();
+        }
+        // GC's listing removes every dead writer's temp file and skips them as records.
+        let (found, errors) = store.list("rdma-net").unwrap();
+        assert_eq!((found.len(), errors.len()), (1, 0));
+        assert!(!other_stale.exists() && !stale.exists());
+        assert!(live.exists(), "a running writer's temp file stays");
+        fs::write(&stale, b"{").unwrap();
+        store.remove("rdma-net", &att.container_id, "net1").unwrap();
+        assert!(!stale.exists(), "DEL removes its record's stale temp file");
+        assert!(live.exists());
+    }
+
+    #[test]
+    fn symlinks_and_open_modes_under_the_data_dir_are_refused_or_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("state-links");
+        let data = tmp.path().join("data");
+        fs::create_dir_all(&data).unwrap();
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o777)).unwrap();
+        let store = Store::new(&data);
+        store.save(&sample()).unwrap();
+        let mode = fs::metadata(&data).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "a 0777 data dir is narrowed");
+
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, data.join("evil-net")).unwrap();
+        let mut att = sample();
+        att.network = "evil-net".into();
+        let e = store.save(&att).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        let target = tmp.path().join("lock-target");
+        std::os::unix::fs::symlink(&target, data.join("locks/dev-x.lock")).unwrap_or_else(|_| {
+            fs::create_dir_all(data.join("locks")).unwrap();
+            std::os::unix::fs::symlink(&target, data.join("locks/dev-x.lock")).unwrap()
+        });
+        assert!(store
+            .lock_device("dev-x", Duration::from_millis(10))
+            .is_err());
+        assert!(
+            !target.exists(),
+            "the lock's symlink target was not created"
+        );
+        assert!(store
+            .lock_device("dev-y", Duration::from_millis(10))
+            .is_ok());
+    }
+
+    #[test]
+    fn save_load_list_remove_round_trip_with_private_dirs() {
+        let tmp = TempDir::new("state");
+        let store = Store::new(tmp.path().join("data"));
+        let att = sample();
+        store.save(&att).unwrap();
+        let back = store.load("rdma-net", "abc123", "net1").unwrap().unwrap();
+        assert_eq!(back, att);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let (all, errs) = store.list("rdma-net").unwrap();
+        assert_eq!(all.len(), 1);
+        assert!(errs.is_empty());
+        assert_eq!(store.list_all().0.len(), 1);
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        assert!(store.load("rdma-net", "abc123", "net1").unwrap().is_none());
+        let leftovers: Vec<_> = fs::read_dir(tmp.path().join("data/rdma-net"))
+            .unwrap()
+            .collect();
+        assert!(leftovers.is_empty(), "no temp files left behind");
+    }
+
+    #[test]
+    fn the_appended_final_state_wins_and_a_torn_tail_leaves_the_intent() {
+        let tmp = TempDir::new("state-update");
+        let store = Store::new(tmp.path());
+        let mut att = sample();
+        att.phase = Phase::Adding;
+        att.moved_mut().unwrap().pod_interface.ifindex = None;
+        store.save(&att).unwrap();
+        let intent = att.clone();
+        att.phase = Phase::Ready;
+        att.moved_mut().unwrap().pod_interface.ifindex = Some(9);
+        store.update(&att).unwrap();
+        assert_eq!(store.load("rdma-net", "abc123", "net1").unwrap(), Some(att));
+
+        // What a crash may leave of an unsynced append: part of the line, or zeros.
+        let path = tmp.path().join("rdma-net/abc123:net1.json");
+        let text = fs::read(&path).unwrap();
+        let first = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+        for tail in [&text[first..text.len() - 20], &[0u8; 64][..]] {
+            let mut torn = text[..first].to_vec();
+            torn.extend_from_slice(tail);
+            fs::write(&path, torn).unwrap();
+            assert_eq!(
+                store.load("rdma-net", "abc123", "net1").unwrap(),
+                Some(intent.clone())
+            );
+        }
+
+        // A record written by an earlier version: one pretty-printed document.
+        fs::write(&path, serde_json::to_vec_pretty(&intent).unwrap()).unwrap();
+        assert_eq!(
+            store.load("rdma-net", "abc123", "net1").unwrap(),
+            Some(intent.clone())
+        );
+
+        // No record to append to: written whole.
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        store.update(&intent).unwrap();
+        assert_eq!(
+            store.load("rdma-net", "abc123", "net1").unwrap(),
+            Some(intent)
+        );
+    }
+
+    #[test]
+    fn names_cannot_escape_the_data_dir() {
+        let tmp = TempDir::new("state-escape");
+        let store = Store::new(tmp.path());
+        assert!(store.load("..", "abc", "net1").is_err());
+        assert!(store.load("net", "../x", "net1").is_err());
+        assert!(store.load("net", "abc", "a/b").is_err());
+        assert!(store.load("net", "a:b", "x").is_err());
+        assert!(store.lock_device("../x", Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn corrupt_records_are_reported_with_their_path() {
+        let tmp = TempDir::new("state-corrupt");
+        let store = Store::new(tmp.path());
+        store.ensure_dir(Some("n")).unwrap();
+        fs::write(tmp.path().join("n/c:eth0.json"), b"{not json").unwrap();
+        let err = store.load("n", "c", "eth0").unwrap_err();
+        assert!(err.to_string().contains("c:eth0.json"), "{err}");
+        let (ok, errs) = store.list("n").unwrap();
+        assert!(ok.is_empty());
+        assert_eq!(errs.len(), 1);
+    }
+
+    #[test]
+    fn a_held_device_lock_times_out_with_code_11_and_frees_on_drop() {
+        let tmp = TempDir::new("state-lock");
+        let store = Store::new(tmp.path());
+        let held = store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(10))
+            .unwrap();
+        let err = store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(30))
+            .unwrap_err();
+        assert_eq!(err.code(), 11, "{err}");
+        // A different device is not blocked.
+        store
+            .lock_device("pci-0000_3b_00.3", Duration::from_millis(10))
+            .unwrap();
+        drop(held);
+        store
+            .lock_device("pci-0000_3b_00.2", Duration::from_millis(10))
+            .unwrap();
+    }
+}
