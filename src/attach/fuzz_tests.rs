@@ -13,6 +13,7 @@ use super::config::{self, PluginConf};
 use super::device_info::{self, DeviceInfo};
 use super::permissions;
 use super::record::Attachment;
+use super::select;
 use super::store::Store;
 use crate::cni::{Command, NetConf};
 use crate::testutil::fuzz::{self, check_rejection};
@@ -74,7 +75,8 @@ fn regression_a_lone_surrogate_in_a_plugin_field_is_code_6() {
         br#"{"cniVersion":"1.0.0","name":"n","type":"rdma-ns","mode":"macvlan","master":"\ud800"}"#;
     let conf = NetConf::parse(stdin, Command::Add).unwrap();
     let e = PluginConf::from_conf(&conf)
-        .and_then(|_| config::parent_selectors(&conf).map(drop))
+        .and_then(|_| select::device_plugin_id(&conf))
+        .and_then(|id| select::parent_selectors(&conf, id.as_ref()).map(drop))
         .unwrap_err();
     assert_eq!(e.code(), 6, "{e}");
 }
@@ -112,11 +114,16 @@ proptest! {
             }
             Err(e) => check_rejection(&e, &[2, 6, 7])?,
         }
-        if let Err(e) = config::selector(&conf) {
-            check_rejection(&e, &[2, 6, 7])?;
-        }
-        if let Err(e) = config::parent_selectors(&conf) {
-            check_rejection(&e, &[2, 6, 7])?;
+        match select::device_plugin_id(&conf) {
+            Ok(id) => {
+                if let Err(e) = select::device_selector(&conf, id.as_ref()) {
+                    check_rejection(&e, &[2, 6, 7])?;
+                }
+                if let Err(e) = select::parent_selectors(&conf, id.as_ref()) {
+                    check_rejection(&e, &[2, 6, 7])?;
+                }
+            }
+            Err(e) => check_rejection(&e, &[2, 6, 7])?,
         }
         match permissions::from_conf(&conf) {
             Ok(Some(p)) => {

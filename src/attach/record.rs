@@ -507,7 +507,7 @@ impl Attachment {
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect(),
-            device_id: crate::attach::config::device_plugin_id(&req.conf)
+            device_id: crate::attach::select::device_plugin_id(&req.conf)
                 .ok()
                 .flatten()
                 .map(|id| id.value),

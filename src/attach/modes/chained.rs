@@ -26,7 +26,7 @@ use crate::kernel::{Netns, Ns};
 /// deviceID, else the pod interface's parent device. An ID that selects nothing (the RDMA shared
 /// device plugin's index) is logged and the interface decides.
 fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
-    if let Some(id) = crate::attach::config::device_plugin_id(&req.conf)? {
+    if let Some(id) = crate::attach::select::device_plugin_id(&req.conf)? {
         match id.selector() {
             Some(Selector::Pci { address, .. }) => return Ok(address),
             Some(other) => {

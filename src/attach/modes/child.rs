@@ -53,7 +53,9 @@ pub struct ChildPlan {
 /// `rdmaDevice`) must name the same netdev. A device plugin ID that selects nothing (the RDMA
 /// shared device plugin's index) is logged (and kept in the record, as every mode does).
 fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
-    let (selectors, opaque) = crate::attach::config::parent_selectors(&req.conf)?;
+    let id = crate::attach::select::device_plugin_id(&req.conf)?;
+    let selectors = crate::attach::select::parent_selectors(&req.conf, id.as_ref())?;
+    let opaque = id.filter(|id| id.selector().is_none());
     if let Some(id) = &opaque {
         crate::log_info!(
             "{}: {}; it selects nothing here, the parent comes from master or rdmaDevice",

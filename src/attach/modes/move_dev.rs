@@ -38,7 +38,8 @@ pub fn device_key(link: &Link) -> String {
 
 pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     let netns = open_netns(req.env.netns.as_deref())?;
-    let selector = &crate::attach::config::selector(&req.conf)?;
+    let id = crate::attach::select::device_plugin_id(&req.conf)?;
+    let selector = &crate::attach::select::device_selector(&req.conf, id.as_ref())?;
     let found = match select_host_device(ctx.kernel, ctx.sys, selector) {
         Ok(l) => l,
         Err(e @ Error::DeviceNotFound(_)) => return Err(explain_held(ctx, req, selector, e)),
