@@ -18,7 +18,6 @@
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
 use crate::attach::Ctx;
-use crate::cni::Request;
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -271,12 +270,12 @@ pub fn remove(path: &Path) -> Result<()> {
 /// `ib_devices` (a child parent's ib devices) are written alone. Undo puts back what was there.
 pub fn write_device_info<'a>(
     ctx: &'a Ctx<'a>,
-    req: &Request,
+    path: Option<&Path>,
     att: &mut Attachment,
     ib_devices: &[String],
     plan: &mut Plan<'a>,
 ) -> Result<()> {
-    let Some(path) = path_from_conf(&req.conf)? else {
+    let Some(path) = path else {
         return plan.checkpoint("device-info");
     };
     let info = match (att.pci_function(), ib_devices) {
@@ -291,11 +290,11 @@ pub fn write_device_info<'a>(
         }
         (None, ibdevs) => for_rdma_devices(ibdevs),
     };
-    let prev = read(&path)?;
+    let prev = read(path)?;
     let info = info.merged_over(prev.as_ref());
-    write(&path, &info)?;
+    write(path, &info)?;
     att.device_info_file = Some(path.display().to_string());
-    let undo_path: PathBuf = path.clone();
+    let undo_path: PathBuf = path.to_path_buf();
     plan.on_undo("device-info", move || match &prev {
         Some(p) => write(&undo_path, p),
         None => remove(&undo_path),

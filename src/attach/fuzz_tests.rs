@@ -9,8 +9,9 @@ use std::path::Path;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use super::config::{self, PluginConf};
+use super::config::PluginConf;
 use super::device_info::{self, DeviceInfo};
+use super::modes::ModeConf;
 use super::permissions;
 use super::record::Attachment;
 use super::select;
@@ -99,17 +100,17 @@ proptest! {
                 }
                 prop_assert!(pc.data_dir.is_absolute());
                 match &pc.mode {
-                    config::ModeConf::Macvlan(m) => {
+                    ModeConf::Macvlan(m) => {
                         if let Some(mac) = &m.mac {
                             prop_assert!(mac.len() == 6 && mac[0] & 1 == 0);
                         }
                     }
-                    config::ModeConf::Ipoib(i) => {
+                    ModeConf::Ipoib(i) => {
                         if let Some(p) = i.pkey {
                             prop_assert!(p != 0 && p != 0x8000);
                         }
                     }
-                    config::ModeConf::Move | config::ModeConf::Rdma => {}
+                    ModeConf::Move(()) | ModeConf::Rdma(()) => {}
                 }
             }
             Err(e) => check_rejection(&e, &[2, 6, 7])?,

@@ -21,7 +21,7 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
             .store
             .lock_device(&att.device_key, lock_timeout)
             .and_then(|_lock| {
-                crate::attach::modes::driver(att.mode()).release(ctx, None, &att)?;
+                att.mode_state.release(ctx, None, &att)?;
                 let mut published = Vec::new();
                 crate::attach::lifecycle::release_all(ctx, &att, &mut published);
                 Error::collect(published)

@@ -111,6 +111,14 @@ pub enum GidView {
     Pod,
 }
 
+/// Where the pod IPs' RoCE GIDs show: the RoCE ports (ib device, port) and the sysfs that
+/// shows their GID tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GidSource {
+    pub ports: Vec<(String, u32)>,
+    pub view: GidView,
+}
+
 /// Runs `f` on the sysfs of `view`.
 pub fn with_view<T: Send>(
     sys: &SysRoot,

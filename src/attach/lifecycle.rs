@@ -162,12 +162,11 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
         };
         match &att {
             Some(att) => {
-                let driver = crate::attach::modes::driver(att.mode());
-                let _lock = match driver.locks_device() {
+                let _lock = match att.mode().locks_device() {
                     true => Some(ctx.store.lock_device(&att.device_key, pc.lock_timeout)?),
                     false => None,
                 };
-                if let Err(e) = driver.release(ctx, req.env.netns.as_deref(), att) {
+                if let Err(e) = att.mode_state.release(ctx, req.env.netns.as_deref(), att) {
                     errors.push(e);
                 }
                 plan::kill_point(ctx.fault.as_ref(), "del-release")?;

@@ -137,9 +137,7 @@ pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         refuse_own_netns(req.env.netns.as_deref())?;
-        self.with_ctx(req, |ctx, pc| {
-            modes::driver(pc.mode.kind()).add(ctx, req, pc)
-        })
+        self.with_ctx(req, |ctx, pc| pc.mode.add(ctx, req, pc))
     }
 
     fn del(&self, req: &Request) -> Result<()> {
@@ -147,9 +145,7 @@ impl Plugin for RdmaNs {
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| {
-            modes::driver(pc.mode.kind()).check(ctx, req, pc)
-        })
+        self.with_ctx(req, |ctx, pc| modes::check(ctx, req, pc))
     }
 
     fn status(&self, req: &Request) -> Result<()> {

@@ -36,7 +36,6 @@
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
 use crate::attach::Ctx;
-use crate::cni::Request;
 use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -588,11 +587,7 @@ fn others(ctx: &Ctx<'_>, att: &Attachment) -> Others {
     Others {
         changes: all
             .into_iter()
-            .filter(|a| {
-                !(a.network == att.network
-                    && a.container_id == att.container_id
-                    && a.ifname == att.ifname)
-            })
+            .filter(|a| !a.is(&att.network, &att.container_id, &att.ifname))
             .flat_map(|a| a.perm_changes)
             .collect(),
         unreadable,
@@ -611,12 +606,12 @@ struct Others {
 /// changes are in the record on disk before the first chmod.
 pub fn apply_permissions<'a>(
     ctx: &'a Ctx<'a>,
-    req: &Request,
+    perms: Option<&DevicePermissions>,
     att: &mut Attachment,
     ibdevs: &[String],
     plan: &mut Plan<'a>,
 ) -> Result<()> {
-    let Some(perms) = from_conf(&req.conf)? else {
+    let Some(perms) = perms else {
         return plan.checkpoint("devperm");
     };
     let wants_per_device = perms.uverbs.is_some() || perms.umad.is_some() || perms.issm.is_some();
@@ -631,12 +626,12 @@ pub fn apply_permissions<'a>(
         .store
         .lock_device(LOCK_KEY, std::time::Duration::from_secs(10))?;
     let names: Vec<&str> = ibdevs.iter().map(String::as_str).collect();
-    let devs = char_devs_for(&RdmaSysfs::new(ctx.sys), &names, &perms)?;
+    let devs = char_devs_for(&RdmaSysfs::new(ctx.sys), &names, perms)?;
     let others = others(ctx, att);
     for e in &others.unreadable {
         crate::log_warn!("planning device permissions without an unreadable record: {e}");
     }
-    let changes = self::plan(ctx.dev_dir, &devs, &perms, &others.changes)?;
+    let changes = self::plan(ctx.dev_dir, &devs, perms, &others.changes)?;
     att.perm_changes = changes.clone();
     ctx.store.save(att)?;
     let applied = apply(&changes);

@@ -125,6 +125,22 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// Runs `steps` on a new plan with `fault` (see [`fault_from_env`]): when they succeed the undo
+/// log is forgotten; when one fails every undo registered so far runs, in reverse.
+pub fn transact<'a, T>(
+    fault: Option<Fault>,
+    steps: impl FnOnce(&mut Plan<'a>) -> Result<T>,
+) -> Result<T> {
+    let mut plan = Plan::new(fault);
+    match steps(&mut plan) {
+        Ok(done) => {
+            plan.commit();
+            Ok(done)
+        }
+        Err(e) => Err(plan.rollback(e)),
+    }
+}
+
 /// Debug builds only: the step after which an ADD fails on purpose (env
 /// `RDMA_NS_TEST_FAIL_AFTER`), or after which the plugin SIGKILLs itself (env
 /// `RDMA_NS_TEST_KILL_AT`, a step of ADD or a `del-*` step of DEL), so root tests can exercise

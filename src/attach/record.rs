@@ -5,10 +5,18 @@
 //! reads, one JSON document per line (see store.rs for how the lines are written): older
 //! binaries must still read records written now (a node rolled back can DEL what this binary
 //! attached) and this one theirs, so the typed form is converted to and from that layout
-//! instead of changing it. Records written by earlier versions (one pretty-printed document)
-//! read as before.
+//! instead of changing it. The mode's part of that layout is [`ModeWire`]: each mode converts
+//! its state to and from it (modes/<mode>.rs), so this file names no mode. Records written by
+//! earlier versions (one pretty-printed document) read as before.
+
+use std::any::Any;
 
 use serde::{Deserialize, Serialize};
+
+use crate::attach::gids::{GidRecord, GidView};
+use crate::attach::ib_device::RdmaRecord;
+use crate::attach::modes::{Mode, ModeState};
+use crate::attach::permissions::PermChange;
 
 /// Where an ADD got to, so DEL knows what to look for.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -40,12 +48,7 @@ pub struct HostDevice {
 
 /// One attachment: everything DEL, CHECK and GC need without prevResult. What every mode
 /// records is here; what one mode has (a moved host device, a child and its parent, a chained
-/// ib device) is in [`ModeState`], so a record cannot hold what its mode never writes.
-///
-/// On disk a record is the flat [`RecordWire`] document every release since 0.1.0 writes and
-/// reads: older binaries must still read records written now (a node rolled back can DEL what
-/// this binary attached) and this one theirs, so the typed form is converted to and from that
-/// layout instead of changing it.
+/// ib device) is its [`ModeState`], so a record cannot hold what its mode never writes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(try_from = "RecordWire", into = "RecordWire")]
 pub struct Attachment {
@@ -68,7 +71,7 @@ pub struct Attachment {
     /// two cannot disagree.
     pub mode_state: ModeState,
     /// Char-device permission changes (conf devicePermissions), restored on release.
-    pub perm_changes: Vec<crate::attach::permissions::PermChange>,
+    pub perm_changes: Vec<PermChange>,
     /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
     pub device_info_file: Option<String>,
     /// The device plugin's ID as Multus passed it (`runtimeConfig.deviceID`, `deviceID` or
@@ -78,51 +81,6 @@ pub struct Attachment {
     /// when no runtime will send one (`rdma-ns reconcile`).
     pub conf: Option<serde_json::Value>,
     pub cni_path: Vec<String>,
-}
-
-/// What one mode attached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModeState {
-    /// Mode `move`: a host netdev moved into the pod.
-    Move(MoveState),
-    /// Modes `macvlan` and `ipoib`: a child of a host netdev, created in the pod.
-    Child(ChildState),
-    /// Mode `rdma`: the previous plugin in the chain owns the pod netdev; only the ib device of
-    /// its PCI function is this attachment's.
-    Chained(ChainedState),
-}
-
-/// Mode `move`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MoveState {
-    /// The device as it was in the host: what DEL restores.
-    pub host: HostDevice,
-    /// The ib device moved along (exclusive netns mode), if any.
-    pub rdma: Option<crate::attach::ib_device::RdmaRecord>,
-    pub pod_interface: PodInterface,
-}
-
-/// Modes `macvlan` and `ipoib`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChildState {
-    /// The host netdev the child was created on.
-    pub parent: HostDevice,
-    pub child: ChildRecord,
-    pub pod_interface: PodInterface,
-}
-
-/// Mode `rdma`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChainedState {
-    /// The PCI function (a VF) whose ib device went into the pod: the device-info file and
-    /// `rdma-ns list` name it.
-    pub function: String,
-    /// The ib device moved into the pod: what DEL moves back and CHECK looks for.
-    pub rdma: crate::attach::ib_device::RdmaRecord,
-    /// The pod interface's MAC and MTU as prevResult gave them (the previous plugin's netdev),
-    /// kept so the record names the netdev the ib device belongs to.
-    pub prev_mac: Option<String>,
-    pub prev_mtu: Option<u32>,
 }
 
 /// The pod interface this plugin made (moved or created) and configured: what CHECK compares
@@ -137,12 +95,44 @@ pub struct PodInterface {
     /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
     pub ipam_result: Option<serde_json::Value>,
     /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
-    pub gids: Vec<crate::attach::gids::GidRecord>,
-    pub gid_view: Option<crate::attach::gids::GidView>,
+    pub gids: Vec<GidRecord>,
+    pub gid_view: Option<GidView>,
+}
+
+/// The host-side device of an attachment as its record names it: what messages and listings
+/// call it, and how ADD tells which attachment holds a device a selector names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostSide<'a> {
+    /// Its host name, when this plugin knew it (chained mode: the previous plugin's business).
+    pub name: Option<&'a str>,
+    pub hwaddr: Option<&'a str>,
+    /// Its PCI function.
+    pub pci: Option<&'a str>,
+}
+
+/// What a mode's record state tells the parts every mode shares. Each mode's state implements
+/// it beside its own type (modes/<mode>.rs).
+pub trait ModeRecord {
+    /// The mode's fields of the flat on-disk record; `ifname` is the attachment's.
+    fn to_wire(&self, ifname: &str) -> ModeWire;
+
+    /// The pod interface this plugin made, in the modes that make one.
+    fn pod_interface(&self) -> Option<&PodInterface>;
+
+    fn pod_interface_mut(&mut self) -> Option<&mut PodInterface>;
+
+    /// The ib device that went into the pod with the attachment, if one did.
+    fn ib_device(&self) -> Option<&RdmaRecord>;
+
+    /// The host-side device.
+    fn host_side(&self) -> HostSide<'_>;
+
+    /// The host-side device as `rdma-ns list` shows it.
+    fn listed_device(&self) -> String;
 }
 
 /// An attachment record as it is on disk: the flat layout of every release since 0.1.0 (field
-/// names, optional fields and defaults unchanged; see [`Attachment`] for why).
+/// names, order, optional fields and defaults unchanged; see the module doc for why).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RecordWire {
@@ -155,31 +145,16 @@ struct RecordWire {
     ifname: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pod: Option<PodRef>,
-    mode: crate::attach::config::Mode,
+    mode: Mode,
     phase: Phase,
     netns: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     netns_id: Option<NetnsId>,
     device_key: String,
-    /// Move: the moved device; child modes: the parent; chained: the pod interface as
-    /// prevResult named it and its PCI function (every release requires this field).
-    host: HostDevice,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pod_ifindex: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pod_mtu: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    ipam_result: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    child: Option<ChildRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    rdma: Option<crate::attach::ib_device::RdmaRecord>,
+    #[serde(flatten)]
+    mode_fields: ModeWire,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    gids: Vec<crate::attach::gids::GidRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    gid_view: Option<crate::attach::gids::GidView>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    perm_changes: Vec<crate::attach::permissions::PermChange>,
+    perm_changes: Vec<PermChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     device_info_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,6 +163,64 @@ struct RecordWire {
     conf: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     cni_path: Vec<String>,
+}
+
+/// The fields of the flat layout a mode's state is written in, where they stand in it (between
+/// `deviceKey` and `permChanges`). Every mode fills `host` (every release requires it); the
+/// others are optional. A mode with state the legacy fields cannot hold keeps it in `own`,
+/// under keys of its own; a mode ignores the fields it never writes, as older releases did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModeWire {
+    /// Move: the moved device; child modes: the parent; chained: the pod interface as
+    /// prevResult named it and its PCI function.
+    pub host: HostDevice,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ifindex: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<crate::attach::modes::child::ChildRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<RdmaRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gids: Vec<GidRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_view: Option<GidView>,
+    /// Every other field of the record: a mode newer than the flat layout reads its own here.
+    #[serde(flatten)]
+    pub own: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ModeWire {
+    /// The fields of `host` and, for a mode that made one, its pod interface.
+    pub fn new(host: HostDevice, pod: Option<&PodInterface>) -> ModeWire {
+        let pod = pod.cloned().unwrap_or_default();
+        ModeWire {
+            host,
+            pod_ifindex: pod.ifindex,
+            pod_mtu: pod.mtu,
+            ipam_result: pod.ipam_result,
+            child: None,
+            rdma: None,
+            gids: pod.gids,
+            gid_view: pod.gid_view,
+            own: serde_json::Map::new(),
+        }
+    }
+
+    /// The pod interface's fields, taken out.
+    pub fn take_pod_interface(&mut self) -> PodInterface {
+        PodInterface {
+            ifindex: self.pod_ifindex.take(),
+            mtu: self.pod_mtu.take(),
+            ipam_result: self.ipam_result.take(),
+            gids: std::mem::take(&mut self.gids),
+            gid_view: self.gid_view.take(),
+        }
+    }
 }
 
 /// A record whose fields do not make an attachment of its mode: DEL could not release what
@@ -206,129 +239,38 @@ pub enum RecordMismatch {
         mode: &'static str,
         kind: &'static str,
     },
+    /// A mode's own fields (`ModeWire::own`) that do not decode.
+    #[error("a mode \"{mode}\" record has unreadable fields of its own: {error}")]
+    Own { mode: &'static str, error: String },
 }
 
 impl TryFrom<RecordWire> for Attachment {
     type Error = RecordMismatch;
 
     fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordMismatch> {
-        use crate::attach::config::Mode;
-        let RecordWire {
-            schema,
-            written_by,
-            network,
-            container_id,
-            ifname,
-            pod,
-            mode,
-            phase,
-            netns,
-            netns_id,
-            device_key,
-            host,
-            pod_ifindex,
-            pod_mtu,
-            ipam_result,
-            child,
-            rdma,
-            gids,
-            gid_view,
-            perm_changes,
-            device_info_file,
-            device_id,
-            conf,
-            cni_path,
-        } = w;
-        let missing = |field| RecordMismatch::FieldMissing {
-            mode: mode.as_str(),
-            field,
-        };
-        let pod_interface = PodInterface {
-            ifindex: pod_ifindex,
-            mtu: pod_mtu,
-            ipam_result,
-            gids,
-            gid_view,
-        };
-        // Fields a mode never writes are ignored, as older releases ignored them.
-        let mode_state = match mode {
-            Mode::Move => ModeState::Move(MoveState {
-                host,
-                rdma,
-                pod_interface,
-            }),
-            Mode::Macvlan | Mode::Ipoib => {
-                let child = child.ok_or_else(|| missing("child"))?;
-                if child.kind.mode() != mode {
-                    return Err(RecordMismatch::ChildKind {
-                        mode: mode.as_str(),
-                        kind: child.kind.as_str(),
-                    });
-                }
-                ModeState::Child(ChildState {
-                    parent: host,
-                    child,
-                    pod_interface,
-                })
-            }
-            // `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU
-            // are the chained attachment's.
-            Mode::Rdma => ModeState::Chained(ChainedState {
-                function: host.pci.ok_or_else(|| missing("host.pci"))?,
-                rdma: rdma.ok_or_else(|| missing("rdma"))?,
-                prev_mac: Some(host.hwaddr).filter(|m| !m.is_empty()),
-                prev_mtu: Some(host.mtu).filter(|&m| m != 0),
-            }),
-        };
         Ok(Attachment {
-            schema,
-            written_by,
-            network,
-            container_id,
-            ifname,
-            pod,
-            phase,
-            netns,
-            netns_id,
-            device_key,
-            mode_state,
-            perm_changes,
-            device_info_file,
-            device_id,
-            conf,
-            cni_path,
+            mode_state: w.mode.state_from_wire(w.mode_fields)?,
+            schema: w.schema,
+            written_by: w.written_by,
+            network: w.network,
+            container_id: w.container_id,
+            ifname: w.ifname,
+            pod: w.pod,
+            phase: w.phase,
+            netns: w.netns,
+            netns_id: w.netns_id,
+            device_key: w.device_key,
+            perm_changes: w.perm_changes,
+            device_info_file: w.device_info_file,
+            device_id: w.device_id,
+            conf: w.conf,
+            cni_path: w.cni_path,
         })
     }
 }
 
 impl From<&Attachment> for RecordWire {
     fn from(a: &Attachment) -> RecordWire {
-        let none = PodInterface::default();
-        let (host, pod_interface, child, rdma) = match &a.mode_state {
-            ModeState::Move(m) => (m.host.clone(), &m.pod_interface, None, m.rdma.clone()),
-            ModeState::Child(c) => (
-                c.parent.clone(),
-                &c.pod_interface,
-                Some(c.child.clone()),
-                None,
-            ),
-            // What every earlier release wrote, and so requires, for a chained attachment.
-            ModeState::Chained(c) => (
-                HostDevice {
-                    name: a.ifname.clone(),
-                    ifindex: 0,
-                    mtu: c.prev_mtu.unwrap_or(0),
-                    hwaddr: c.prev_mac.clone().unwrap_or_default(),
-                    perm_hwaddr: None,
-                    pci: Some(c.function.clone()),
-                    was_up: true,
-                    addresses: Vec::new(),
-                },
-                &none,
-                None,
-                Some(c.rdma.clone()),
-            ),
-        };
         RecordWire {
             schema: a.schema,
             written_by: a.written_by.clone(),
@@ -341,14 +283,7 @@ impl From<&Attachment> for RecordWire {
             netns: a.netns.clone(),
             netns_id: a.netns_id,
             device_key: a.device_key.clone(),
-            host,
-            pod_ifindex: pod_interface.ifindex,
-            pod_mtu: pod_interface.mtu,
-            ipam_result: pod_interface.ipam_result.clone(),
-            child,
-            rdma,
-            gids: pod_interface.gids.clone(),
-            gid_view: pod_interface.gid_view,
+            mode_fields: a.mode_state.record().to_wire(&a.ifname),
             perm_changes: a.perm_changes.clone(),
             device_info_file: a.device_info_file.clone(),
             device_id: a.device_id.clone(),
@@ -409,81 +344,16 @@ impl NetnsId {
     }
 }
 
-/// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
-/// child to the host under another name) and what CHECK compares.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ChildRecord {
-    /// IFLA_INFO_KIND, which is also the attachment's mode.
-    pub kind: ChildKind,
-    pub hwaddr: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipoib: Option<IpoibRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub macvlan_mode: Option<u32>,
-    /// The mode/MTU decision, e.g. "ipoib datagram on ib0, MTU 2044 (auto)".
-    pub summary: String,
-}
-
-/// A child interface's kind: its IFLA_INFO_KIND string on disk and in the kernel.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ChildKind {
-    Macvlan,
-    Ipoib,
-}
-
-impl ChildKind {
-    pub fn of(kind: &crate::kernel::LinkKind) -> ChildKind {
-        match kind {
-            crate::kernel::LinkKind::Macvlan { .. } => ChildKind::Macvlan,
-            crate::kernel::LinkKind::Ipoib { .. } => ChildKind::Ipoib,
-        }
-    }
-
-    /// The IFLA_INFO_KIND string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChildKind::Macvlan => "macvlan",
-            ChildKind::Ipoib => "ipoib",
-        }
-    }
-
-    pub fn mode(self) -> crate::attach::config::Mode {
-        match self {
-            ChildKind::Macvlan => crate::attach::config::Mode::Macvlan,
-            ChildKind::Ipoib => crate::attach::config::Mode::Ipoib,
-        }
-    }
-}
-
-/// IPoIB settings as the kernel reported them after creation (IFLA_INFO_DATA).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IpoibRecord {
-    pub pkey: Option<u16>,
-    /// 0 datagram, 1 connected.
-    pub mode: Option<u16>,
-    pub umcast: Option<u16>,
-}
-
-impl From<crate::kernel::IpoibInfo> for IpoibRecord {
-    fn from(i: crate::kernel::IpoibInfo) -> Self {
-        IpoibRecord {
-            pkey: i.pkey,
-            mode: i.mode,
-            umcast: i.umcast,
-        }
-    }
-}
-
 impl Attachment {
     /// A new attachment in phase `Adding`: who asked (network, container, interface), the pod
-    /// netns and what the mode holds; nothing applied or found yet.
+    /// netns, the device plugin's ID as given, and what the mode holds; nothing applied or found
+    /// yet.
     pub fn adding(
         req: &crate::cni::Request,
         netns: &crate::kernel::Netns,
         device_key: String,
         mode_state: ModeState,
+        device_id: Option<String>,
     ) -> Attachment {
         Attachment {
             schema: SCHEMA,
@@ -507,125 +377,69 @@ impl Attachment {
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect(),
-            device_id: crate::attach::select::device_plugin_id(&req.conf)
-                .ok()
-                .flatten()
-                .map(|id| id.value),
+            device_id,
         }
     }
 
     /// The conf's mode when ADD ran: picks the driver that releases the attachment.
-    pub fn mode(&self) -> crate::attach::config::Mode {
+    pub fn mode(&self) -> Mode {
         self.mode_state.mode()
     }
 
     pub fn id(&self) -> String {
-        attachment_id(&self.container_id, &self.ifname)
+        format!("{}:{}", self.container_id, self.ifname)
     }
 
-    pub fn moved(&self) -> Option<&MoveState> {
-        match &self.mode_state {
-            ModeState::Move(m) => Some(m),
-            _ => None,
-        }
+    /// The mode's state, as the type `T` its mode records (None for another mode's).
+    pub fn state<T: Any>(&self) -> Option<&T> {
+        self.mode_state.as_any().downcast_ref()
     }
 
-    pub fn moved_mut(&mut self) -> Option<&mut MoveState> {
-        match &mut self.mode_state {
-            ModeState::Move(m) => Some(m),
-            _ => None,
-        }
-    }
-
-    pub fn child(&self) -> Option<&ChildState> {
-        match &self.mode_state {
-            ModeState::Child(c) => Some(c),
-            _ => None,
-        }
-    }
-
-    pub fn child_mut(&mut self) -> Option<&mut ChildState> {
-        match &mut self.mode_state {
-            ModeState::Child(c) => Some(c),
-            _ => None,
-        }
-    }
-
-    pub fn chained(&self) -> Option<&ChainedState> {
-        match &self.mode_state {
-            ModeState::Chained(c) => Some(c),
-            _ => None,
-        }
+    pub fn state_mut<T: Any>(&mut self) -> Option<&mut T> {
+        self.mode_state.as_any_mut().downcast_mut()
     }
 
     /// The pod interface this plugin made, in the modes that make one.
     pub fn pod_interface(&self) -> Option<&PodInterface> {
-        match &self.mode_state {
-            ModeState::Move(m) => Some(&m.pod_interface),
-            ModeState::Child(c) => Some(&c.pod_interface),
-            ModeState::Chained(_) => None,
-        }
+        self.mode_state.record().pod_interface()
     }
 
     pub fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
-        match &mut self.mode_state {
-            ModeState::Move(m) => Some(&mut m.pod_interface),
-            ModeState::Child(c) => Some(&mut c.pod_interface),
-            ModeState::Chained(_) => None,
-        }
+        self.mode_state.record_mut().pod_interface_mut()
     }
 
     /// The recorded GIDs of the pod's addresses (none in chained mode: it sets no addresses).
-    pub fn gids(&self) -> &[crate::attach::gids::GidRecord] {
+    pub fn gids(&self) -> &[GidRecord] {
         self.pod_interface().map_or(&[], |p| p.gids.as_slice())
     }
 
     /// The ib device that went into the pod: a moved netdev's (exclusive netns mode), or a
     /// chained attachment's.
-    pub fn ib_device(&self) -> Option<&crate::attach::ib_device::RdmaRecord> {
-        match &self.mode_state {
-            ModeState::Move(m) => m.rdma.as_ref(),
-            ModeState::Child(_) => None,
-            ModeState::Chained(c) => Some(&c.rdma),
-        }
+    pub fn ib_device(&self) -> Option<&RdmaRecord> {
+        self.mode_state.record().ib_device()
     }
 
     /// The PCI function on the host side: the moved device's, a child's parent's, a chained
     /// VF's.
     pub fn pci_function(&self) -> Option<&str> {
-        match &self.mode_state {
-            ModeState::Move(m) => m.host.pci.as_deref(),
-            ModeState::Child(c) => c.parent.pci.as_deref(),
-            ModeState::Chained(c) => Some(&c.function),
-        }
+        self.mode_state.record().host_side().pci
     }
 
     /// The netdev the attachment is about, as messages and listings name it: the moved
     /// device's or the parent's host name; in chained mode the pod interface (its host name
     /// was the previous plugin's business).
     pub fn netdev_name(&self) -> &str {
-        match &self.mode_state {
-            ModeState::Move(m) => &m.host.name,
-            ModeState::Child(c) => &c.parent.name,
-            ModeState::Chained(_) => &self.ifname,
-        }
+        self.mode_state
+            .record()
+            .host_side()
+            .name
+            .unwrap_or(&self.ifname)
     }
-}
 
-impl ModeState {
-    /// The mode that records this state.
-    pub fn mode(&self) -> crate::attach::config::Mode {
-        use crate::attach::config::Mode;
-        match self {
-            ModeState::Move(_) => Mode::Move,
-            ModeState::Child(c) => c.child.kind.mode(),
-            ModeState::Chained(_) => Mode::Rdma,
-        }
+    /// Whether this is the attachment of `network`, `container_id` and `ifname`.
+    pub fn is(&self, network: &str, container_id: &str, ifname: &str) -> bool {
+        self.network == network && self.container_id == container_id && self.ifname == ifname
     }
-}
-
-fn attachment_id(container_id: &str, ifname: &str) -> String {
-    format!("{container_id}:{ifname}")
 }
 
 /// Why the bytes of a record file make no attachment.
@@ -666,8 +480,10 @@ impl Attachment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attach::config::Mode;
     use crate::attach::gids::GidView;
+    use crate::attach::modes::chained::ChainedState;
+    use crate::attach::modes::child::{ChildKind, ChildState};
+    use crate::attach::modes::move_dev::MoveState;
     use crate::attach::store::Store;
     use crate::testutil::TempDir;
     use std::fs;
@@ -715,7 +531,9 @@ mod tests {
         macvlan_child_of_0_1_0(&load(&dir, "roce-shared", "c0ffee02"));
         // One pretty-printed document, as the earliest builds wrote it.
         let ib = load(&dir, "ib-partition", "c0ffee03");
-        let state = ib.child().expect("mode ipoib loads as a child");
+        let state = ib
+            .state::<ChildState>()
+            .expect("mode ipoib loads as a child");
         let ipoib = state.child.ipoib.expect("ipoib");
         assert_eq!((ipoib.pkey, ipoib.mode), (Some(0x8001), Some(0)));
         assert_eq!(state.parent.name, "ibp94s0");
@@ -730,7 +548,9 @@ mod tests {
             Phase::Ready,
             "the ready line, not the intent before it"
         );
-        let moved = mv.moved().expect("mode move loads as a moved device");
+        let moved = mv
+            .state::<MoveState>()
+            .expect("mode move loads as a moved device");
         assert_eq!(
             (
                 mv.mode().as_str(),
@@ -764,7 +584,9 @@ mod tests {
 
     fn macvlan_child_of_0_1_0(mac: &Attachment) {
         assert_eq!(mac.phase, Phase::Ready);
-        let state = mac.child().expect("mode macvlan loads as a child");
+        let state = mac
+            .state::<ChildState>()
+            .expect("mode macvlan loads as a child");
         assert_eq!(
             (state.child.kind.as_str(), state.child.macvlan_mode),
             ("macvlan", Some(4))
@@ -784,7 +606,9 @@ mod tests {
             (1, None),
             "unversioned: schema 1"
         );
-        let state = chained.chained().expect("mode rdma loads as chained");
+        let state = chained
+            .state::<ChainedState>()
+            .expect("mode rdma loads as chained");
         assert_eq!(state.function, "0000:3b:00.3");
         assert_eq!((state.rdma.ibdev.as_str(), state.rdma.index), ("mlx5_3", 4));
         assert_eq!(
@@ -858,7 +682,7 @@ mod tests {
     }
 
     fn moved_device_of_schema_2(att: &Attachment) {
-        let mv = att.moved().expect("a moved device");
+        let mv = att.state::<MoveState>().expect("a moved device");
         assert_eq!(
             (mv.host.name.as_str(), mv.host.ifindex, mv.host.mtu),
             ("ens1f0v0", 7, 1500)
@@ -873,7 +697,7 @@ mod tests {
     }
 
     fn moved_ib_device_of_schema_2(att: &Attachment) {
-        let ib = att.moved().expect("a moved device");
+        let ib = att.state::<MoveState>().expect("a moved device");
         assert_eq!(
             ib.rdma
                 .as_ref()
@@ -885,7 +709,7 @@ mod tests {
     }
 
     fn children_of_schema_2(macvlan: &Attachment, ipoib: &Attachment) {
-        let mac = macvlan.child().expect("a child");
+        let mac = macvlan.state::<ChildState>().expect("a child");
         assert_eq!(
             (mac.child.kind.as_str(), mac.child.hwaddr.as_deref()),
             ("macvlan", Some("42:75:18:bf:af:c2"))
@@ -894,14 +718,16 @@ mod tests {
         assert_eq!(mac.pod_interface.gids[0].index, 6);
         assert_eq!(mac.pod_interface.gid_view, Some(GidView::Host));
 
-        let ib = ipoib.child().expect("a child");
+        let ib = ipoib.state::<ChildState>().expect("a child");
         assert_eq!(ib.child.kind, ChildKind::Ipoib);
         assert!(ib.child.ipoib.is_some());
         assert_child(ib, ("ib0", 5), (Some(6), Some(65520)), "ipoib");
     }
 
     fn chained_of_schema_2(chained: &Attachment) {
-        let state = chained.chained().expect("a chained ib device");
+        let state = chained
+            .state::<ChainedState>()
+            .expect("a chained ib device");
         assert_eq!(state.function, "0000:3b:00.2");
         assert_eq!((state.rdma.ibdev.as_str(), state.rdma.index), ("mlx5_2", 9));
         assert_eq!(
@@ -975,6 +801,6 @@ mod tests {
         last["mode"] = "ipoib".into();
         fs::write(&path, format!("{intent}\n{last}\n")).unwrap();
         let att = store.load("n", "c1", "net1").unwrap().unwrap();
-        assert_eq!(att.mode(), crate::attach::config::Mode::Ipoib);
+        assert_eq!(att.mode(), Mode::Ipoib);
     }
 }

@@ -8,6 +8,7 @@
 
 use serde::Deserialize;
 
+use crate::attach::record::HostSide;
 use crate::cni::NetConf;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
@@ -45,6 +46,19 @@ impl Selector {
             Selector::Pci { field, address } => format!("{field}={address}"),
             Selector::Aux { field, name } => format!("{field}={name}"),
             Selector::IbDevice(n) => format!("rdmaDevice={n}"),
+        }
+    }
+
+    /// Whether an attachment whose record names `side` (and `ib_device`, the ib device it moved
+    /// into its pod) holds the device this selector names. Records keep no kernelpath or
+    /// auxiliary device name of the netdev they hold, so those selectors name no holder.
+    pub fn names_recorded(&self, side: HostSide<'_>, ib_device: Option<&str>) -> bool {
+        match self {
+            Selector::Name { name, .. } => side.name == Some(name.as_str()),
+            Selector::HwAddr(h) => side.hwaddr == Some(format_hwaddr(h).as_str()),
+            Selector::Pci { address, .. } => side.pci == Some(address.as_str()),
+            Selector::IbDevice(ibdev) => ib_device == Some(ibdev.as_str()),
+            Selector::KernelPath(_) | Selector::Aux { .. } => false,
         }
     }
 

@@ -451,9 +451,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attach::record::{
-        HostDevice, ModeState, MoveState, NetnsId, Phase, PodInterface, PodRef, SCHEMA,
-    };
+    use crate::attach::modes::move_dev::{MoveDevice, MoveState};
+    use crate::attach::modes::ModeState;
+    use crate::attach::record::{HostDevice, NetnsId, Phase, PodInterface, PodRef, SCHEMA};
     use crate::testutil::TempDir;
 
     fn sample() -> Attachment {
@@ -475,7 +475,7 @@ mod tests {
                 ino: 4026532801,
             }),
             device_key: "mac-02_00_00_00_00_01".into(),
-            mode_state: ModeState::Move(MoveState {
+            mode_state: ModeState::of::<MoveDevice>(MoveState {
                 host: HostDevice {
                     name: "ens1f0v0".into(),
                     ifindex: 7,
@@ -652,11 +652,11 @@ mod tests {
         let store = Store::new(tmp.path());
         let mut att = sample();
         att.phase = Phase::Adding;
-        att.moved_mut().unwrap().pod_interface.ifindex = None;
+        att.state_mut::<MoveState>().unwrap().pod_interface.ifindex = None;
         store.save(&att).unwrap();
         let intent = att.clone();
         att.phase = Phase::Ready;
-        att.moved_mut().unwrap().pod_interface.ifindex = Some(9);
+        att.state_mut::<MoveState>().unwrap().pod_interface.ifindex = Some(9);
         store.update(&att).unwrap();
         assert_eq!(store.load("rdma-net", "abc123", "net1").unwrap(), Some(att));
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
-use rdma_ns::attach::record::{Attachment, ModeState};
+use rdma_ns::attach::record::Attachment;
 use rdma_ns::attach::store::{Store, DEFAULT_DATA_DIR};
 
 const USAGE: &str = "usage: rdma-ns list [--json] [--data-dir DIR]";
@@ -64,11 +64,7 @@ fn pod_name(a: &Attachment) -> String {
 
 /// The host-side device: the moved netdev, a child's parent, a chained VF's function.
 fn device(a: &Attachment) -> String {
-    match &a.mode_state {
-        ModeState::Move(m) => m.host.name.clone(),
-        ModeState::Child(c) => format!("{} on {}", c.child.kind.as_str(), c.parent.name),
-        ModeState::Chained(c) => c.function.clone(),
-    }
+    a.mode_state.record().listed_device()
 }
 
 fn ib_device(a: &Attachment) -> Option<String> {

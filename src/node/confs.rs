@@ -7,8 +7,10 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::attach::config::{IpoibModeConf, Mode, ModeConf, PluginConf};
+use crate::attach::config::PluginConf;
 use crate::attach::ib_device::RdmaConf;
+use crate::attach::modes::ipoib::IpoibModeConf;
+use crate::attach::modes::{Mode, ModeConf};
 use crate::attach::permissions::{self, DevicePermissions};
 use crate::cni::env::Command;
 use crate::cni::NetConf;
@@ -35,13 +37,7 @@ pub struct RdmaNetwork {
 impl RdmaNetwork {
     /// The RDMA netns mode this network needs, or None when either works.
     pub fn needs(&self) -> Option<crate::kernel::nldev::NetnsMode> {
-        use crate::kernel::nldev::NetnsMode;
-        match (self.mode, self.rdma) {
-            (_, RdmaConf::Off) => None,
-            (Mode::Macvlan | Mode::Ipoib, _) => Some(NetnsMode::Shared),
-            (Mode::Rdma, _) | (Mode::Move, RdmaConf::Exclusive) => Some(NetnsMode::Exclusive),
-            (Mode::Move, RdmaConf::Auto) => None,
-        }
+        self.mode.netns_mode_needed(self.rdma)
     }
 
     /// The netdev name the conf selects the device or parent by, if it names one.

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use super::confs::{ConfError, RdmaNetwork};
 use super::{NetView, Node};
-use crate::attach::config::{IpoibModeConf, Mode};
+use crate::attach::modes::ipoib::IpoibModeConf;
+use crate::attach::modes::Mode;
 use crate::attach::record::Attachment;
 use crate::attach::store::Store;
 use crate::kernel::nldev::NetnsMode;

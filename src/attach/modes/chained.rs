@@ -8,45 +8,180 @@
 
 use std::path::Path;
 
-use crate::attach::config::PluginConf;
-use crate::attach::ib_device::{move_error, RdmaRecord};
+use crate::attach::ib_device::{move_error, RdmaConf, RdmaRecord};
+use crate::attach::modes::{ModeAdd, ModeDriver, ModeState};
 use crate::attach::plan::Plan;
-use crate::attach::record::{Attachment, ChainedState, ModeState, Phase};
-use crate::attach::select::{normalize_pci, Selector};
+use crate::attach::record::{
+    Attachment, HostDevice, HostSide, ModeRecord, ModeWire, Phase, PodInterface, RecordMismatch,
+};
+use crate::attach::select::{normalize_pci, DeviceId, Selector};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
-use crate::cni::Request;
+use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
 use crate::kernel::{Netns, Ns};
 
-/// The PCI function whose ib device goes with the pod interface: the device plugin's PCI
-/// deviceID, else the pod interface's parent device. An ID that selects nothing (the RDMA shared
-/// device plugin's index) is logged and the interface decides.
-fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
-    if let Some(id) = crate::attach::select::device_plugin_id(&req.conf)? {
-        match id.selector() {
-            Some(Selector::Pci { address, .. }) => return Ok(address),
-            Some(other) => {
-                return Err(Error::UnsupportedField {
-                    field: id.field.into(),
-                    value: id.value.clone(),
-                    msg: format!(
-                        "chained mode finds ib devices of PCI functions; {} is not one",
-                        other.describe()
-                    ),
-                })
-            }
-            None => crate::log_info!(
+/// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
+/// host from a socket inside the pod netns; with the pod netns gone the kernel has already
+/// returned it.
+pub struct Chained;
+
+impl ModeDriver for Chained {
+    const NAME: &'static str = "rdma";
+    const LOCKS_DEVICE: bool = true;
+    type Settings = ();
+    /// The PCI function the device plugin's ID names; None: the pod interface's.
+    type Target = Option<String>;
+    type State = ChainedState;
+
+    fn settings(_conf: &NetConf, _rdma: RdmaConf) -> Result<()> {
+        Ok(())
+    }
+
+    fn target(req: &Request, device_id: Option<&DeviceId>) -> Result<Option<String>> {
+        function_of_device_id(req, device_id)
+    }
+
+    fn add(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Result<CniResult> {
+        add_chained(ctx, req, add)
+    }
+
+    /// CHECK: the ib device is in the pod netns and its port is ACTIVE.
+    fn check(
+        ctx: &Ctx<'_>,
+        _req: &Request,
+        _att: &Attachment,
+        ns: &Netns,
+        state: &ChainedState,
+    ) -> Result<()> {
+        crate::attach::check::check_ib_device(ctx.rdma, ns, &state.rdma)
+    }
+
+    fn release(
+        ctx: &Ctx<'_>,
+        netns: Option<&Path>,
+        att: &Attachment,
+        state: &ChainedState,
+    ) -> Result<()> {
+        release(ctx, netns, att, &state.rdma)
+    }
+
+    /// `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU are the
+    /// chained attachment's.
+    fn state_from_wire(wire: ModeWire) -> std::result::Result<ChainedState, RecordMismatch> {
+        let missing = |field| RecordMismatch::FieldMissing {
+            mode: Self::NAME,
+            field,
+        };
+        Ok(ChainedState {
+            function: wire.host.pci.ok_or_else(|| missing("host.pci"))?,
+            rdma: wire.rdma.ok_or_else(|| missing("rdma"))?,
+            prev_mac: Some(wire.host.hwaddr).filter(|m| !m.is_empty()),
+            prev_mtu: Some(wire.host.mtu).filter(|&m| m != 0),
+        })
+    }
+
+    /// Only exclusive netns mode moves the ib device; `rdma: off` attaches nothing to check.
+    fn netns_mode_needed(rdma: RdmaConf) -> Option<NetnsMode> {
+        (rdma != RdmaConf::Off).then_some(NetnsMode::Exclusive)
+    }
+}
+
+/// What mode `rdma` records: the previous plugin in the chain owns the pod netdev; only the ib
+/// device of its PCI function is this attachment's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainedState {
+    /// The PCI function (a VF) whose ib device went into the pod: the device-info file and
+    /// `rdma-ns list` name it.
+    pub function: String,
+    /// The ib device moved into the pod: what DEL moves back and CHECK looks for.
+    pub rdma: RdmaRecord,
+    /// The pod interface's MAC and MTU as prevResult gave them (the previous plugin's netdev),
+    /// kept so the record names the netdev the ib device belongs to.
+    pub prev_mac: Option<String>,
+    pub prev_mtu: Option<u32>,
+}
+
+impl ModeRecord for ChainedState {
+    /// What every earlier release wrote, and so requires, for a chained attachment.
+    fn to_wire(&self, ifname: &str) -> ModeWire {
+        let host = HostDevice {
+            name: ifname.to_string(),
+            ifindex: 0,
+            mtu: self.prev_mtu.unwrap_or(0),
+            hwaddr: self.prev_mac.clone().unwrap_or_default(),
+            perm_hwaddr: None,
+            pci: Some(self.function.clone()),
+            was_up: true,
+            addresses: Vec::new(),
+        };
+        ModeWire {
+            rdma: Some(self.rdma.clone()),
+            ..ModeWire::new(host, None)
+        }
+    }
+
+    fn pod_interface(&self) -> Option<&PodInterface> {
+        None
+    }
+
+    fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
+        None
+    }
+
+    fn ib_device(&self) -> Option<&RdmaRecord> {
+        Some(&self.rdma)
+    }
+
+    /// Known by PCI function and prevResult's MAC; its host name was never recorded.
+    fn host_side(&self) -> HostSide<'_> {
+        HostSide {
+            name: None,
+            hwaddr: self.prev_mac.as_deref(),
+            pci: Some(&self.function),
+        }
+    }
+
+    fn listed_device(&self) -> String {
+        self.function.clone()
+    }
+}
+
+/// The PCI function the device plugin's ID names, whose ib device goes with the pod interface;
+/// None when there is no ID, or one that selects nothing (the RDMA shared device plugin's
+/// index: logged, and the pod interface decides).
+fn function_of_device_id(req: &Request, device_id: Option<&DeviceId>) -> Result<Option<String>> {
+    let Some(id) = device_id else {
+        return Ok(None);
+    };
+    match id.selector() {
+        Some(Selector::Pci { address, .. }) => Ok(Some(address)),
+        Some(other) => Err(Error::UnsupportedField {
+            field: id.field.into(),
+            value: id.value.clone(),
+            msg: format!(
+                "chained mode finds ib devices of PCI functions; {} is not one",
+                other.describe()
+            ),
+        }),
+        None => {
+            crate::log_info!(
                 "{}: {}; the ib device is found from {} in the pod instead",
                 req.env.ifname,
                 id.not_a_selector(),
                 req.env.ifname
-            ),
+            );
+            Ok(None)
         }
     }
+}
+
+/// The PCI function of the pod interface the previous plugin made, read through netlink inside
+/// the pod.
+fn function_of_pod_interface(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
     let link = ctx
         .kernel
         .link_by_name(Ns::Pod(netns), &req.env.ifname)
@@ -68,7 +203,9 @@ fn function_of(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<String> {
     })
 }
 
-pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
+/// ADD: the previous plugin's prevResult passes through; the ib device of the pod interface's
+/// PCI function follows it into the pod.
+fn add_chained(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Result<CniResult> {
     let prev = req.conf.prev_result.clone().ok_or_else(|| {
         Error::config(
             "prevResult",
@@ -77,10 +214,13 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
     })?;
     let netns = open_netns(req.env.netns.as_deref())?;
     require_exclusive_netns_mode(ctx)?;
-    let bdf = function_of(ctx, req, &netns)?;
+    let bdf = match &add.target {
+        Some(function) => function.clone(),
+        None => function_of_pod_interface(ctx, req, &netns)?,
+    };
     let rec = ib_device_of_function(ctx, &bdf)?;
     let key = format!("ib-{}", rec.ibdev);
-    let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
+    let _lock = ctx.store.lock_device(&key, add.conf.plugin.lock_timeout)?;
     let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
     let state = ChainedState {
         function: bdf,
@@ -88,15 +228,13 @@ pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
         prev_mac: iface.and_then(|i| i.mac.clone()).filter(|m| !m.is_empty()),
         prev_mtu: iface.and_then(|i| i.mtu).filter(|&m| m != 0),
     };
-    let mut att = Attachment::adding(req, &netns, key, ModeState::Chained(state));
-    let mut plan = Plan::new(ctx.fault.clone());
-    match steps(ctx, req, &netns, &mut att, rec, &mut plan) {
-        Ok(()) => {
-            plan.commit();
-            Ok(prev)
-        }
-        Err(e) => Err(plan.rollback(e)),
-    }
+    let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
+    let mode_state = ModeState::of::<Chained>(state);
+    let mut att = Attachment::adding(req, &netns, key, mode_state, device_id);
+    crate::attach::plan::transact(ctx.fault.clone(), |plan| {
+        steps(ctx, &add.conf, &netns, &mut att, rec, plan)
+    })?;
+    Ok(prev)
 }
 
 /// Moving an ib device between namespaces needs the RDMA subsystem in exclusive netns mode.
@@ -174,7 +312,7 @@ fn ib_device_of_function(ctx: &Ctx<'_>, bdf: &str) -> Result<RdmaRecord> {
 /// device-info, final record.
 fn steps<'a>(
     ctx: &'a Ctx<'a>,
-    req: &Request,
+    conf: &crate::attach::config::AddConf<'_>,
     netns: &'a Netns,
     att: &mut Attachment,
     rec: RdmaRecord,
@@ -200,47 +338,32 @@ fn steps<'a>(
     plan.checkpoint("ib-move")?;
     crate::attach::permissions::apply_permissions(
         ctx,
-        req,
+        conf.permissions.as_ref(),
         att,
         std::slice::from_ref(&rec.ibdev),
         plan,
     )?;
-    crate::attach::device_info::write_device_info(ctx, req, att, &[], plan)?;
+    crate::attach::device_info::write_device_info(
+        ctx,
+        conf.device_info_file.as_deref(),
+        att,
+        &[],
+        plan,
+    )?;
     att.phase = Phase::Ready;
     ctx.store.save(att)?;
     plan.checkpoint("state")
 }
 
-/// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
-/// host from a socket inside the pod netns; with the pod netns gone the kernel has already
-/// returned it.
-pub struct Chained;
-
-impl super::ModeDriver for Chained {
-    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-        add(ctx, req, pc)
-    }
-
-    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-        check(ctx, req, pc)
-    }
-
-    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-        release(ctx, netns, att)
-    }
-
-    fn locks_device(&self) -> bool {
-        true
-    }
-}
-
 /// Moves the attachment's ib device back to the host from inside its pod netns (`netns`, else
 /// the recorded one while it is still that netns); a netns that is gone has already given it
 /// back (the kernel returns ib devices to init_net).
-pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-    let Some(ChainedState { rdma: rec, .. }) = att.chained() else {
-        return Err(not_chained(att));
-    };
+pub fn release(
+    ctx: &Ctx<'_>,
+    netns: Option<&Path>,
+    att: &Attachment,
+    rec: &RdmaRecord,
+) -> Result<()> {
     let Some(ns) = crate::attach::lifecycle::pod_netns(netns, att)? else {
         return Ok(());
     };
@@ -256,22 +379,4 @@ pub fn release(ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<
             .map_err(|e| move_error(rec, "back to the host netns", e)),
         None => Ok(()),
     }
-}
-
-/// CHECK: the ib device is in the pod netns and its port is ACTIVE.
-pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
-    match att.chained() {
-        Some(chained) => crate::attach::check::check_ib_device(ctx.rdma, &ns, &chained.rdma),
-        None => Err(not_chained(&att)),
-    }
-}
-
-/// A record of another mode handed to this one: the record changed under the conf.
-fn not_chained(att: &Attachment) -> Error {
-    Error::State(format!(
-        "record {} is of mode {}, not a chained (rdma) attachment",
-        att.id(),
-        att.mode().as_str()
-    ))
 }

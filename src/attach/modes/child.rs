@@ -1,6 +1,7 @@
-//! Modes `macvlan` and `ipoib`: a child interface of a host RoCE or IPoIB netdev, created
-//! directly inside the pod netns with its final name (shared netns mode: the ib device stays in
-//! the host and is shared).
+//! What the child-interface modes (macvlan.rs, ipoib.rs) share: a child of a host RoCE or IPoIB
+//! netdev, created directly inside the pod netns with its final name (shared netns mode: the ib
+//! device stays in the host and is shared). A child mode decides only the child itself
+//! ([`ChildMode`]); its selection of the parent, ADD, record, CHECK and DEL are here.
 //!
 //! One RTM_NEWLINK carries IFLA_LINK (the parent, in the host), IFLA_NET_NS_FD (the pod) and
 //! IFLA_IFNAME: creating in place costs a fraction of a millisecond, against tens of
@@ -9,34 +10,124 @@
 
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use crate::attach::addresses::configure_pod_interface;
-use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
 use crate::attach::gids;
 use crate::attach::ib_device::RdmaConf;
+use crate::attach::modes::{ModeAdd, ModeDriver};
 use crate::attach::plan::Plan;
 use crate::attach::record::{
-    Attachment, ChildKind, ChildRecord, ChildState, HostDevice, IpoibRecord, ModeState,
-    PodInterface,
+    Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
-use crate::attach::select::{select_parent, Selector};
+use crate::attach::select::{select_parent, DeviceId, Selector};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
-use crate::cni::Request;
+use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::{
-    format_hwaddr, Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns,
-};
+use crate::kernel::{format_hwaddr, Link, LinkChange, LinkKind, NetOps, Netns, NewLink, Ns};
 
 /// ARPHRD_INFINIBAND (linux/if_arp.h): the link type of IPoIB netdevs.
 pub const ARPHRD_INFINIBAND: u16 = 32;
 /// ARPHRD_ETHER.
 pub const ARPHRD_ETHER: u16 = 1;
-/// IPOIB_CM_MTU (ipoib.h): the largest MTU, reachable only in connected mode.
-pub const IPOIB_CM_MTU: u32 = 65520;
-const IPOIB_MODE_DATAGRAM: u16 = 0;
-const IPOIB_MODE_CONNECTED: u16 = 1;
+
+/// A mode whose pod interface is a child of a host netdev. What it decides is the child
+/// (kind, MTU, address); everything else of a [`ModeDriver`] it gets from this file.
+pub trait ChildMode: Sized + 'static {
+    /// See [`ModeDriver::NAME`].
+    const NAME: &'static str;
+    /// The child's IFLA_INFO_KIND.
+    const KIND: ChildKind;
+    /// A parent netdev name, for messages that say what `master` could be.
+    const EXAMPLE_PARENT: &'static str;
+    /// See [`ModeDriver::Settings`].
+    type Settings: std::fmt::Debug + Clone + PartialEq + Eq;
+
+    fn settings(conf: &NetConf) -> Result<Self::Settings>;
+
+    /// The child of `parent`, with conf `mtu`, decided before anything changes.
+    fn plan(
+        parent: &Link,
+        settings: &Self::Settings,
+        mtu: Option<u32>,
+        req: &Request,
+    ) -> Result<ChildPlan>;
+
+    /// Whether ADD waits for the pod IPs' RoCE GIDs on the parent's ports (with conf `rdma`).
+    fn waits_for_gids(rdma: RdmaConf) -> bool;
+}
+
+impl<C: ChildMode> ModeDriver for C {
+    const NAME: &'static str = C::NAME;
+    const LOCKS_DEVICE: bool = false;
+    type Settings = C::Settings;
+    type Target = Vec<Selector>;
+    type State = ChildState;
+
+    /// A child shares its parent's ib device and never moves one: `rdma: exclusive` is refused.
+    fn settings(conf: &NetConf, rdma: RdmaConf) -> Result<C::Settings> {
+        let settings = C::settings(conf)?;
+        if rdma == RdmaConf::Exclusive {
+            return Err(Error::UnsupportedField {
+                field: "rdma".into(),
+                value: "exclusive".into(),
+                msg: format!(
+                    "mode {} shares the parent's ib device and never moves one: use auto \
+                     (default; refused in exclusive netns mode) or off",
+                    C::NAME
+                ),
+            });
+        }
+        Ok(settings)
+    }
+
+    fn target(req: &Request, device_id: Option<&DeviceId>) -> Result<Vec<Selector>> {
+        parent_selectors(req, device_id, C::NAME, C::EXAMPLE_PARENT)
+    }
+
+    fn add(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, C>) -> Result<CniResult> {
+        let netns = open_netns(req.env.netns.as_deref())?;
+        let parent = select_parent(ctx.kernel, ctx.sys, &add.target)?;
+        refuse_exclusive_netns_mode(ctx, add.conf.plugin.rdma, C::NAME, &parent)?;
+        let child = C::plan(&parent, add.settings, add.conf.plugin.mtu, req)?;
+        let roce_ports = match C::waits_for_gids(add.conf.plugin.rdma) {
+            true => gids::roce_ports_of(ctx.sys, &parent.name)?,
+            false => Vec::new(),
+        };
+        let mut add = ChildAdd::decide(ctx, req, add, &netns, parent, child, roce_ports)?;
+        crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))
+    }
+
+    fn check(
+        ctx: &Ctx<'_>,
+        req: &Request,
+        att: &Attachment,
+        ns: &Netns,
+        state: &ChildState,
+    ) -> Result<()> {
+        check(ctx, req, att, ns, state)
+    }
+
+    fn release(
+        ctx: &Ctx<'_>,
+        netns: Option<&Path>,
+        att: &Attachment,
+        state: &ChildState,
+    ) -> Result<()> {
+        release_child(ctx.kernel, netns, att, state)
+    }
+
+    fn state_from_wire(wire: ModeWire) -> std::result::Result<ChildState, RecordMismatch> {
+        ChildState::from_wire(wire, C::KIND, C::NAME)
+    }
+
+    fn netns_mode_needed(rdma: RdmaConf) -> Option<NetnsMode> {
+        (rdma != RdmaConf::Off).then_some(NetnsMode::Shared)
+    }
+}
 
 /// What the child will be, decided from the conf and the parent before anything changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,19 +135,156 @@ pub struct ChildPlan {
     pub kind: LinkKind,
     /// MTU to end with; None keeps what the kernel gives (the parent's, for macvlan).
     pub mtu: Option<u32>,
+    /// The address to set; None lets the kernel pick.
     pub hwaddr: Option<Vec<u8>>,
+    /// The address the child will have once created, when known before (the one set, or a
+    /// passthru macvlan's parent's): the intent record identifies the child by it. None for
+    /// IPoIB, whose address (QPN and port GID) the kernel assigns.
+    pub expected_hwaddr: Option<String>,
     /// Human-readable choice, logged and recorded (e.g. "connected, MTU 65520 (auto)").
     pub summary: String,
+}
+
+/// What a child-interface mode records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildState {
+    /// The host netdev the child was created on.
+    pub parent: HostDevice,
+    pub child: ChildRecord,
+    pub pod_interface: PodInterface,
+}
+
+/// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
+/// child to the host under another name) and what CHECK compares.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRecord {
+    /// IFLA_INFO_KIND.
+    pub kind: ChildKind,
+    pub hwaddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipoib: Option<IpoibRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub macvlan_mode: Option<u32>,
+    /// The mode/MTU decision, e.g. "ipoib datagram on ib0, MTU 2044 (auto)".
+    pub summary: String,
+}
+
+/// A child interface's kind: its IFLA_INFO_KIND string on disk and in the kernel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChildKind {
+    Macvlan,
+    Ipoib,
+}
+
+impl ChildKind {
+    pub fn of(kind: &LinkKind) -> ChildKind {
+        match kind {
+            LinkKind::Macvlan { .. } => ChildKind::Macvlan,
+            LinkKind::Ipoib { .. } => ChildKind::Ipoib,
+        }
+    }
+
+    /// The IFLA_INFO_KIND string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildKind::Macvlan => "macvlan",
+            ChildKind::Ipoib => "ipoib",
+        }
+    }
+}
+
+/// IPoIB settings as the kernel reported them after creation (IFLA_INFO_DATA).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IpoibRecord {
+    pub pkey: Option<u16>,
+    /// 0 datagram, 1 connected.
+    pub mode: Option<u16>,
+    pub umcast: Option<u16>,
+}
+
+impl From<crate::kernel::IpoibInfo> for IpoibRecord {
+    fn from(i: crate::kernel::IpoibInfo) -> Self {
+        IpoibRecord {
+            pkey: i.pkey,
+            mode: i.mode,
+            umcast: i.umcast,
+        }
+    }
+}
+
+impl ChildState {
+    /// The state of mode `mode`, whose children are of kind `kind`, from a record: `host` is
+    /// the parent. Fields a child mode never writes (`rdma`) are ignored.
+    fn from_wire(
+        mut wire: ModeWire,
+        kind: ChildKind,
+        mode: &'static str,
+    ) -> std::result::Result<ChildState, RecordMismatch> {
+        let child = wire.child.take().ok_or(RecordMismatch::FieldMissing {
+            mode,
+            field: "child",
+        })?;
+        if child.kind != kind {
+            return Err(RecordMismatch::ChildKind {
+                mode,
+                kind: child.kind.as_str(),
+            });
+        }
+        Ok(ChildState {
+            pod_interface: wire.take_pod_interface(),
+            parent: wire.host,
+            child,
+        })
+    }
+}
+
+impl ModeRecord for ChildState {
+    fn to_wire(&self, _ifname: &str) -> ModeWire {
+        ModeWire {
+            child: Some(self.child.clone()),
+            ..ModeWire::new(self.parent.clone(), Some(&self.pod_interface))
+        }
+    }
+
+    fn pod_interface(&self) -> Option<&PodInterface> {
+        Some(&self.pod_interface)
+    }
+
+    fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
+        Some(&mut self.pod_interface)
+    }
+
+    fn ib_device(&self) -> Option<&crate::attach::ib_device::RdmaRecord> {
+        None
+    }
+
+    fn host_side(&self) -> HostSide<'_> {
+        HostSide {
+            name: Some(&self.parent.name),
+            hwaddr: Some(&self.parent.hwaddr),
+            pci: self.parent.pci.as_deref(),
+        }
+    }
+
+    fn listed_device(&self) -> String {
+        format!("{} on {}", self.child.kind.as_str(), self.parent.name)
+    }
 }
 
 /// Which parent: every selector given (a device plugin's PCI or auxiliary `deviceID`, `master`,
 /// `rdmaDevice`) must name the same netdev. A device plugin ID that selects nothing (the RDMA
 /// shared device plugin's index) is logged (and kept in the record, as every mode does).
-fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
-    let id = crate::attach::select::device_plugin_id(&req.conf)?;
-    let selectors = crate::attach::select::parent_selectors(&req.conf, id.as_ref())?;
-    let opaque = id.filter(|id| id.selector().is_none());
-    if let Some(id) = &opaque {
+fn parent_selectors(
+    req: &Request,
+    device_id: Option<&DeviceId>,
+    mode: &str,
+    example_parent: &str,
+) -> Result<Vec<Selector>> {
+    let selectors = crate::attach::select::parent_selectors(&req.conf, device_id)?;
+    let opaque = device_id.filter(|id| id.selector().is_none());
+    if let Some(id) = opaque {
         crate::log_info!(
             "{}: {}; it selects nothing here, the parent comes from master or rdmaDevice",
             req.env.ifname,
@@ -67,16 +295,9 @@ fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
         return Err(Error::config(
             "master",
             format!(
-                "mode {} needs `master` (the parent netdev, e.g. {}), `rdmaDevice` (its ib \
-                 device) or a device plugin's PCI deviceID{}",
-                pc.mode.as_str(),
-                if pc.mode.kind() == crate::attach::config::Mode::Ipoib {
-                    "ib0"
-                } else {
-                    "ens1f0np0"
-                },
+                "mode {mode} needs `master` (the parent netdev, e.g. {example_parent}), \
+                 `rdmaDevice` (its ib device) or a device plugin's PCI deviceID{}",
                 opaque
-                    .as_ref()
                     .map(|id| format!(" ({} selects no device)", id.describe()))
                     .unwrap_or_default()
             ),
@@ -88,221 +309,31 @@ fn parent_selectors(req: &Request, pc: &PluginConf) -> Result<Vec<Selector>> {
 /// A child gives the pod a netdev; its ib device is the parent's and stays in the host. In
 /// exclusive RDMA netns mode the pod then sees no ib device at all and RDMA silently fails, so
 /// ADD refuses unless the conf asks for no RDMA (`"rdma": "off"`).
-fn refuse_exclusive_netns_mode(ctx: &Ctx<'_>, pc: &PluginConf, parent: &Link) -> Result<()> {
-    if pc.rdma == RdmaConf::Off {
+fn refuse_exclusive_netns_mode(
+    ctx: &Ctx<'_>,
+    rdma: RdmaConf,
+    mode: &str,
+    parent: &Link,
+) -> Result<()> {
+    if rdma == RdmaConf::Off {
         return Ok(());
     }
-    let mode = ctx
+    let netns_mode = ctx
         .rdma
         .netns_mode()
         .kernel_ctx(|| "reading the RDMA subsystem's netns mode")?;
-    if mode != Some(NetnsMode::Exclusive) {
+    if netns_mode != Some(NetnsMode::Exclusive) {
         return Ok(());
     }
     Err(Error::RdmaUnavailable(format!(
-        "mode {} would give the pod a child of {} but no ib device: the RDMA subsystem is in \
+        "mode {mode} would give the pod a child of {} but no ib device: the RDMA subsystem is in \
          exclusive netns mode, where the parent's ib device stays in the host netns. Use shared \
          netns mode with the RDMA shared device plugin (remove `options ib_core netns_mode=0`, \
          or `rdma system set netns shared` before any pod starts), or mode move (or rdma chained \
          after sriov) with a VF from the SR-IOV network device plugin; set \"rdma\": \"off\" \
          to attach the netdev without RDMA",
-        pc.mode.as_str(),
         parent.name
     )))
-}
-
-/// Decides kind, MTU and address of a macvlan child of `parent`.
-pub fn plan_macvlan(parent: &Link, pc: &PluginConf, mac: Option<Vec<u8>>) -> Result<ChildPlan> {
-    if parent.link_type != ARPHRD_ETHER {
-        return Err(Error::ParentUnsuitable(format!(
-            "macvlan needs an Ethernet (RoCE) parent, but {} has link type {}{}; for IPoIB use \
-             mode \"ipoib\"",
-            parent.name,
-            parent.link_type,
-            if parent.link_type == ARPHRD_INFINIBAND {
-                " (InfiniBand)"
-            } else {
-                ""
-            }
-        )));
-    }
-    if let Some(m) = pc.mtu {
-        if m > parent.mtu {
-            return Err(Error::config(
-                "mtu",
-                format!(
-                    "{m} is above the parent {}'s MTU {}: a macvlan child cannot exceed its parent",
-                    parent.name, parent.mtu
-                ),
-            ));
-        }
-    }
-    let mode = match &pc.mode {
-        ModeConf::Macvlan(c) => c.macvlan_mode,
-        _ => MacvlanMode::Bridge,
-    };
-    // The address is decided here, before the intent record, so that the record identifies the
-    // child from its first instant: a plugin killed right after the create still leaves DEL the
-    // address to find it by. A passthru child takes its parent's address (and setting one would
-    // change the parent's), so it is predicted, not set.
-    let hwaddr = match (mac, mode) {
-        (Some(m), _) => Some(m),
-        (None, MacvlanMode::Passthru) => None,
-        (None, _) => Some(random_local_mac()?),
-    };
-    Ok(ChildPlan {
-        kind: LinkKind::Macvlan { mode },
-        mtu: pc.mtu,
-        summary: format!(
-            "macvlan {mode:?} on {}, MTU {}",
-            parent.name,
-            pc.mtu.unwrap_or(parent.mtu)
-        ),
-        hwaddr,
-    })
-}
-
-/// A random unicast, locally administered MAC, as the kernel picks for a macvlan by default
-/// (eth_hw_addr_random).
-fn random_local_mac() -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut mac = vec![0u8; 6];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut mac))
-        .map_err(|e| Error::io("reading /dev/urandom for the child's MAC", e))?;
-    mac[0] = (mac[0] & 0xfe) | 0x02;
-    Ok(mac)
-}
-
-/// The child's address as it will be once created: the one the plan sets, or for a passthru
-/// macvlan its parent's. None for IPoIB, whose address (QPN and port GID) the kernel assigns.
-fn expected_hwaddr(child: &ChildPlan, parent: &Link) -> Option<String> {
-    match (&child.hwaddr, child.kind) {
-        (Some(a), _) => Some(format_hwaddr(a)),
-        (
-            None,
-            LinkKind::Macvlan {
-                mode: MacvlanMode::Passthru,
-            },
-        ) => Some(parent.hwaddr_string()),
-        _ => None,
-    }
-}
-
-/// Decides IPoIB mode and MTU. Byte 0 of the parent's 20-byte address carries the RC flag
-/// (0x80, `IPOIB_CM_SUPPORTED`); Enhanced IPoIB (mlx5, ConnectX-4+) leaves it 0 and supports
-/// datagram only, where asking for connected mode fails with EINVAL.
-pub fn plan_ipoib(parent: &Link, pc: &PluginConf) -> Result<ChildPlan> {
-    if parent.link_type != ARPHRD_INFINIBAND || parent.hwaddr.len() != 20 {
-        return Err(Error::ParentUnsuitable(format!(
-            "ipoib needs an IPoIB parent (link type 32, 20-byte address), but {} has link type \
-             {} and a {}-byte address; give the IPoIB netdev of an InfiniBand port as `master`",
-            parent.name,
-            parent.link_type,
-            parent.hwaddr.len()
-        )));
-    }
-    if !parent.up {
-        return Err(Error::ParentUnsuitable(format!(
-            "the IPoIB parent {} is down; bring it up (ip link set {} up) first",
-            parent.name, parent.name
-        )));
-    }
-    let cm_capable = parent.hwaddr[0] & 0x80 != 0;
-    let settings = match &pc.mode {
-        ModeConf::Ipoib(c) => c.clone(),
-        _ => IpoibConf::default(),
-    };
-    let requested = settings.ipoib_mode;
-    let connected = match requested {
-        IpoibModeConf::Connected if !cm_capable => {
-            return Err(Error::ParentUnsuitable(format!(
-                "ipoibMode connected was asked, but {} runs Enhanced IPoIB (address byte 0 is \
-                 {:#04x}, no RC flag): ConnectX-4 and later are datagram-only there. Use \
-                 ipoibMode datagram or auto; to get connected mode load MLNX_OFED's ib_ipoib \
-                 with ipoib_enhanced=0 (upstream kernels have no such parameter)",
-                parent.name, parent.hwaddr[0]
-            )))
-        }
-        IpoibModeConf::Connected => true,
-        IpoibModeConf::Datagram => false,
-        IpoibModeConf::Auto => cm_capable,
-    };
-    let limit = if connected { IPOIB_CM_MTU } else { parent.mtu };
-    let mtu =
-        match pc.mtu {
-            Some(m) if m > limit => {
-                return Err(Error::config(
-                    "mtu",
-                    format!(
-                    "{m} is above the {} limit {limit} for a child of {} (connected mode allows \
-                     up to 65520; datagram mode up to the parent's MTU)",
-                    if connected { "connected-mode" } else { "datagram-mode" },
-                    parent.name
-                ),
-                ))
-            }
-            Some(m) => m,
-            None => limit,
-        };
-    let how = match requested {
-        IpoibModeConf::Auto => " (auto)",
-        _ => "",
-    };
-    Ok(ChildPlan {
-        kind: LinkKind::Ipoib {
-            pkey: settings.pkey,
-            mode: Some(if connected {
-                IPOIB_MODE_CONNECTED
-            } else {
-                IPOIB_MODE_DATAGRAM
-            }),
-            umcast: settings.umcast.map(u16::from),
-        },
-        mtu: Some(mtu),
-        hwaddr: None,
-        summary: format!(
-            "ipoib {} on {}, MTU {mtu}{how}",
-            if connected { "connected" } else { "datagram" },
-            parent.name
-        ),
-    })
-}
-
-/// The MAC for a macvlan child: runtimeConfig.mac (the `mac` capability), then CNI_ARGS MAC (as
-/// podman sends it), then the conf's `mac`.
-fn macvlan_mac(req: &Request, pc: &PluginConf) -> Result<Option<Vec<u8>>> {
-    let configured = match &pc.mode {
-        ModeConf::Macvlan(c) => c.mac.clone(),
-        _ => None,
-    };
-    if req
-        .conf
-        .runtime_config
-        .mac
-        .as_deref()
-        .is_some_and(|m| !m.is_empty())
-    {
-        return Ok(configured.clone());
-    }
-    if let Some(text) = req.env.args.mac()? {
-        return crate::attach::config::parse_unicast_mac("CNI_ARGS MAC", &text).map(Some);
-    }
-    Ok(configured.clone())
-}
-
-pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-    let selectors = parent_selectors(req, pc)?;
-    let netns = open_netns(req.env.netns.as_deref())?;
-    let mut add = ChildAdd::decide(ctx, req, pc, &netns, &selectors)?;
-    let mut plan = Plan::new(ctx.fault.clone());
-    match add.run(&mut plan) {
-        Ok(r) => {
-            plan.commit();
-            Ok(r)
-        }
-        Err(e) => Err(plan.rollback(e)),
-    }
 }
 
 fn taken(netns: &Netns, ifname: &str, index: Option<u32>) -> Error {
@@ -313,11 +344,11 @@ fn taken(netns: &Netns, ifname: &str, index: Option<u32>) -> Error {
     ))
 }
 
-/// One macvlan or ipoib ADD: what is decided before the first change, then one method per step.
+/// One child-mode ADD: what is decided before the first change, then one method per step.
 struct ChildAdd<'a> {
     ctx: &'a Ctx<'a>,
     req: &'a Request,
-    pc: &'a PluginConf,
+    conf: &'a crate::attach::config::AddConf<'a>,
     netns: &'a Netns,
     parent: Link,
     child: ChildPlan,
@@ -327,19 +358,16 @@ struct ChildAdd<'a> {
 }
 
 impl<'a> ChildAdd<'a> {
-    fn decide(
+    /// The intent record of the child `child` of `parent`, once CNI_IFNAME is known to be free.
+    fn decide<C: ChildMode>(
         ctx: &'a Ctx<'a>,
         req: &'a Request,
-        pc: &'a PluginConf,
+        add: &'a ModeAdd<'a, C>,
         netns: &'a Netns,
-        selectors: &[Selector],
+        parent: Link,
+        child: ChildPlan,
+        roce_ports: Vec<(String, u32)>,
     ) -> Result<ChildAdd<'a>> {
-        let parent = select_parent(ctx.kernel, ctx.sys, selectors)?;
-        refuse_exclusive_netns_mode(ctx, pc, &parent)?;
-        let child = match pc.mode {
-            ModeConf::Ipoib(_) => plan_ipoib(&parent, pc)?,
-            _ => plan_macvlan(&parent, pc, macvlan_mac(req, pc)?)?,
-        };
         if let Some(existing) = ctx
             .kernel
             .link_by_name(Ns::Pod(netns), &req.env.ifname)
@@ -352,38 +380,24 @@ impl<'a> ChildAdd<'a> {
             "child-{}-{}-{}",
             req.conf.name, req.env.container_id, req.env.ifname
         );
-        let host = HostDevice {
-            name: parent.name.clone(),
-            ifindex: parent.index,
-            mtu: parent.mtu,
-            hwaddr: parent.hwaddr_string(),
-            perm_hwaddr: None,
-            pci: parent.pci_address().map(str::to_string),
-            was_up: parent.up,
-            addresses: Vec::new(),
-        };
         let state = ChildState {
-            parent: host,
+            parent: parent_record(&parent),
             child: ChildRecord {
                 kind: ChildKind::of(&child.kind),
-                hwaddr: expected_hwaddr(&child, &parent),
+                hwaddr: child.expected_hwaddr.clone(),
                 ipoib: None,
                 macvlan_mode: None,
                 summary: child.summary.clone(),
             },
             pod_interface: PodInterface::default(),
         };
-        let att = Attachment::adding(req, netns, device_key, ModeState::Child(state));
-        let roce_ports = match (&pc.mode, pc.rdma) {
-            (ModeConf::Macvlan(_), r) if r != RdmaConf::Off => {
-                gids::roce_ports_of(ctx.sys, &parent.name)?
-            }
-            _ => Vec::new(),
-        };
+        let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
+        let mode_state = crate::attach::modes::ModeState::of::<C>(state);
+        let att = Attachment::adding(req, netns, device_key, mode_state, device_id);
         Ok(ChildAdd {
             ctx,
             req,
-            pc,
+            conf: &add.conf,
             netns,
             parent,
             child,
@@ -402,11 +416,17 @@ impl<'a> ChildAdd<'a> {
         let link = self.settle(link)?;
         let parent_ibdevs =
             crate::attach::modes::move_dev::ib_device_names(ctx.sys, &self.parent.name)?;
-        let perm_ibdevs = match crate::attach::permissions::from_conf(&req.conf)? {
+        let perm_ibdevs = match self.conf.permissions {
             Some(_) => parent_ibdevs.clone(),
             None => Vec::new(),
         };
-        crate::attach::permissions::apply_permissions(ctx, req, &mut self.att, &perm_ibdevs, plan)?;
+        crate::attach::permissions::apply_permissions(
+            ctx,
+            self.conf.permissions.as_ref(),
+            &mut self.att,
+            &perm_ibdevs,
+            plan,
+        )?;
         let result = ipam.unwrap_or_default();
         configure_pod_interface(
             ctx.kernel,
@@ -419,7 +439,7 @@ impl<'a> ChildAdd<'a> {
         self.record_gids(&result, plan)?;
         crate::attach::device_info::write_device_info(
             ctx,
-            req,
+            self.conf.device_info_file.as_deref(),
             &mut self.att,
             &parent_ibdevs,
             plan,
@@ -432,57 +452,11 @@ impl<'a> ChildAdd<'a> {
     /// Writes the intent record (durably), then creates the child in the pod with its final
     /// name: the part of ADD that runs beside IPAM ADD. Registers the undo of each.
     fn intent_and_child(&mut self, plan: &mut Plan<'a>) -> Result<Link> {
-        let (ctx, req, netns, parent, child) =
-            (self.ctx, self.req, self.netns, &self.parent, &self.child);
+        let (ctx, netns) = (self.ctx, self.netns);
         let k = ctx.kernel;
         let pod = Ns::Pod(netns);
-
         crate::attach::lifecycle::write_intent(ctx, &self.att, plan)?;
-
-        let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
-        let spec = NewLink {
-            name: req.env.ifname.clone(),
-            kind: child.kind,
-            parent_index: parent.index,
-            target_netns: Some(pod),
-            // An IPoIB child's MTU is set after creation: switching a child to connected mode
-            // resets its MTU to the connected-mode maximum (ipoib_set_mode).
-            mtu: if is_ipoib { None } else { child.mtu },
-            hwaddr: child.hwaddr.clone(),
-        };
-        k.create_link(Ns::Host, &spec).map_err(|e| {
-            if e.is_errno(nix::errno::Errno::EEXIST) {
-                return taken(netns, &req.env.ifname, None);
-            }
-            let hint = if e.is_errno(nix::errno::Errno::ENODEV) && is_ipoib {
-                format!(
-                    " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB \
-                     netdev of an InfiniBand port, with ib_ipoib loaded)",
-                    parent.name
-                )
-            } else {
-                String::new()
-            };
-            Error::kernel(
-                format!(
-                    "creating {} child {} of {} in the pod netns {}{hint}",
-                    child.kind.kind_name(),
-                    req.env.ifname,
-                    parent.name,
-                    netns.path().display()
-                ),
-                e,
-            )
-        })?;
-        let link = k
-            .link_by_name(pod, &req.env.ifname)
-            .kernel_ctx(|| format!("looking up the new {} in the pod", req.env.ifname))?
-            .ok_or_else(|| {
-                Error::DeviceNotFound(format!(
-                    "{} was created but is not in the pod netns",
-                    req.env.ifname
-                ))
-            })?;
+        let link = self.create()?;
         let index = link.index;
         plan.on_undo("create", move || {
             k.delete_link(pod, index)
@@ -500,6 +474,69 @@ impl<'a> ChildAdd<'a> {
         ctx.store.update(&self.att)?;
         plan.checkpoint("create")?;
         Ok(link)
+    }
+
+    /// One RTM_NEWLINK creates the child in the pod under its final name; then it is looked up.
+    fn create(&self) -> Result<Link> {
+        let (k, req, netns, parent, child) = (
+            self.ctx.kernel,
+            self.req,
+            self.netns,
+            &self.parent,
+            &self.child,
+        );
+        let pod = Ns::Pod(netns);
+        let is_ipoib = matches!(child.kind, LinkKind::Ipoib { .. });
+        let spec = NewLink {
+            name: req.env.ifname.clone(),
+            kind: child.kind,
+            parent_index: parent.index,
+            target_netns: Some(pod),
+            // An IPoIB child's MTU is set after creation: switching a child to connected mode
+            // resets its MTU to the connected-mode maximum (ipoib_set_mode).
+            mtu: if is_ipoib { None } else { child.mtu },
+            hwaddr: child.hwaddr.clone(),
+        };
+        k.create_link(Ns::Host, &spec)
+            .map_err(|e| self.create_error(e))?;
+        k.link_by_name(pod, &req.env.ifname)
+            .kernel_ctx(|| format!("looking up the new {} in the pod", req.env.ifname))?
+            .ok_or_else(|| {
+                Error::DeviceNotFound(format!(
+                    "{} was created but is not in the pod netns",
+                    req.env.ifname
+                ))
+            })
+    }
+
+    /// The kernel refused the child: EEXIST is CNI_IFNAME taken; ENODEV from an IPoIB parent
+    /// means the kernel does not take it as one.
+    fn create_error(&self, e: crate::kernel::KernelError) -> Error {
+        let (req, netns, parent, child) = (self.req, self.netns, &self.parent, &self.child);
+        if e.is_errno(nix::errno::Errno::EEXIST) {
+            return taken(netns, &req.env.ifname, None);
+        }
+        let hint = if e.is_errno(nix::errno::Errno::ENODEV)
+            && matches!(child.kind, LinkKind::Ipoib { .. })
+        {
+            format!(
+                " (the kernel does not take {} as an IPoIB parent: it must be the IPoIB netdev \
+                 of an InfiniBand port, with ib_ipoib loaded)",
+                parent.name
+            )
+        } else {
+            String::new()
+        };
+        Error::kernel(
+            format!(
+                "creating {} child {} of {} in the pod netns {}{hint}",
+                child.kind.kind_name(),
+                req.env.ifname,
+                parent.name,
+                netns.path().display()
+            ),
+            e,
+        )
     }
 
     /// The child as created: an IPoIB child's MTU set (after its mode), and what the kernel
@@ -534,7 +571,7 @@ impl<'a> ChildAdd<'a> {
     /// The child's part of the record, as `decide` built it.
     fn recorded(&mut self) -> &mut ChildState {
         self.att
-            .child_mut()
+            .state_mut()
             .expect("ChildAdd::decide records a child attachment")
     }
 
@@ -549,7 +586,7 @@ impl<'a> ChildAdd<'a> {
                 &self.roce_ports,
                 &ips,
                 ifname,
-                self.pc.gid_timeout,
+                self.conf.plugin.gid_timeout,
             )?;
             let recorded = &mut self.recorded().pod_interface;
             recorded.gids = found;
@@ -559,27 +596,17 @@ impl<'a> ChildAdd<'a> {
     }
 }
 
-/// Modes `macvlan` and `ipoib`. Their DEL (the shared frame around `release`) deletes the child
-/// wherever it is (in the pod; or, for IPoIB, back in the host: the kernel refunds IPoIB netdevs
-/// to the host when their netns dies, renamed `dev<ifindex>` on a clash). IPAM DEL runs beside
-/// it: the kernel's netdev delete waits for an RCU grace period, which hides the IPAM exec.
-pub struct ChildInterface;
-
-impl super::ModeDriver for ChildInterface {
-    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-        add(ctx, req, pc)
-    }
-
-    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-        check(ctx, req, pc)
-    }
-
-    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-        release_child(ctx.kernel, netns, att)
-    }
-
-    fn locks_device(&self) -> bool {
-        false
+/// A child's parent as it is now, recorded for DEL to recognize the child by.
+fn parent_record(parent: &Link) -> HostDevice {
+    HostDevice {
+        name: parent.name.clone(),
+        ifindex: parent.index,
+        mtu: parent.mtu,
+        hwaddr: parent.hwaddr_string(),
+        perm_hwaddr: None,
+        pci: parent.pci_address().map(str::to_string),
+        was_up: parent.up,
+        addresses: Vec::new(),
     }
 }
 
@@ -601,65 +628,29 @@ fn is_our_child(link: &Link, state: &ChildState, ifname: &str) -> bool {
     }
 }
 
-/// Deletes an attachment's child interface from wherever it is now.
-pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-    let Some(state) = att.child() else {
-        return Err(not_a_child(att));
-    };
+/// Deletes an attachment's child interface from wherever it is now: in the pod; or, for IPoIB,
+/// back in the host (the kernel refunds IPoIB netdevs to the host when their netns dies, renamed
+/// `dev<ifindex>` on a clash). DEL runs IPAM DEL beside it: the kernel's netdev delete waits for
+/// an RCU grace period, which hides the IPAM exec.
+pub fn release_child(
+    kernel: &dyn NetOps,
+    netns: Option<&Path>,
+    att: &Attachment,
+    state: &ChildState,
+) -> Result<()> {
     if crate::attach::plan::test_fault("skip-child-delete") {
         return Ok(());
     }
     let ours = |l: &Link| is_our_child(l, state, &att.ifname);
     if let Ok(Some(ns)) = crate::attach::lifecycle::pod_netns(netns, att) {
         let pod = Ns::Pod(&ns);
-        let err = |e| Error::kernel(format!("looking for {} in the pod", att.ifname), e);
-        let by_index = match state.pod_interface.ifindex {
-            Some(i) => kernel.link_by_index(pod, i).map_err(err)?,
-            None => None,
-        };
-        let found = match by_index.filter(ours) {
-            Some(l) => Some(l),
-            None => kernel
-                .link_by_name(pod, &att.ifname)
-                .map_err(err)?
-                .filter(ours),
-        };
-        if let Some(link) = found {
+        if let Some(link) = find_child(kernel, pod, state.pod_interface.ifindex, att, &ours)? {
             return kernel
                 .delete_link(pod, link.index)
                 .kernel_ctx(|| format!("deleting {} from the pod", att.ifname));
         }
     }
-    // Refunded to the host (IPoIB), maybe renamed dev<ifindex>: match the recorded identity.
-    let err = |e| Error::kernel(format!("looking for {} in the host", att.ifname), e);
-    let mut found = match state.pod_interface.ifindex {
-        Some(i) => kernel.link_by_index(Ns::Host, i).map_err(err)?.filter(ours),
-        None => None,
-    };
-    if found.is_none() && state.child.kind == ChildKind::Ipoib {
-        let mut candidates: Vec<Link> = kernel
-            .links(Ns::Host)
-            .map_err(err)?
-            .into_iter()
-            .filter(ours)
-            .collect();
-        if candidates.len() > 1 {
-            // Only an unrecorded address can match several: never guess which to delete.
-            return Err(Error::State(format!(
-                "{} (an IPoIB child of {} whose address was never recorded) may be any of {} in \
-                 the host; delete the right one with `ip link del`, then retry DEL",
-                att.ifname,
-                state.parent.name,
-                candidates
-                    .iter()
-                    .map(|l| l.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        found = candidates.pop();
-    }
-    match found {
+    match refunded_child(kernel, att, state, &ours)? {
         Some(link) => kernel.delete_link(Ns::Host, link.index).kernel_ctx(|| {
             format!(
                 "deleting {} (returned to the host as {})",
@@ -670,65 +661,114 @@ pub fn release_child(kernel: &dyn NetOps, netns: Option<&Path>, att: &Attachment
     }
 }
 
+/// The child in the pod: by its recorded ifindex, else by its pod name; either way only if it is
+/// `ours`.
+fn find_child(
+    kernel: &dyn NetOps,
+    pod: Ns<'_>,
+    index: Option<u32>,
+    att: &Attachment,
+    ours: &dyn Fn(&Link) -> bool,
+) -> Result<Option<Link>> {
+    let err = |e| Error::kernel(format!("looking for {} in the pod", att.ifname), e);
+    let by_index = match index {
+        Some(i) => kernel.link_by_index(pod, i).map_err(err)?,
+        None => None,
+    };
+    match by_index.filter(|l| ours(l)) {
+        Some(l) => Ok(Some(l)),
+        None => Ok(kernel
+            .link_by_name(pod, &att.ifname)
+            .map_err(err)?
+            .filter(|l| ours(l))),
+    }
+}
+
+/// The child refunded to the host (IPoIB), maybe renamed dev<ifindex>: by its recorded ifindex,
+/// else (IPoIB) by a dump matched on the recorded identity.
+fn refunded_child(
+    kernel: &dyn NetOps,
+    att: &Attachment,
+    state: &ChildState,
+    ours: &dyn Fn(&Link) -> bool,
+) -> Result<Option<Link>> {
+    let err = |e| Error::kernel(format!("looking for {} in the host", att.ifname), e);
+    let found = match state.pod_interface.ifindex {
+        Some(i) => kernel
+            .link_by_index(Ns::Host, i)
+            .map_err(err)?
+            .filter(|l| ours(l)),
+        None => None,
+    };
+    if found.is_some() || state.child.kind != ChildKind::Ipoib {
+        return Ok(found);
+    }
+    let mut candidates: Vec<Link> = kernel
+        .links(Ns::Host)
+        .map_err(err)?
+        .into_iter()
+        .filter(|l| ours(l))
+        .collect();
+    if candidates.len() > 1 {
+        // Only an unrecorded address can match several: never guess which to delete.
+        return Err(Error::State(format!(
+            "{} (an IPoIB child of {} whose address was never recorded) may be any of {} in the \
+             host; delete the right one with `ip link del`, then retry DEL",
+            att.ifname,
+            state.parent.name,
+            candidates
+                .iter()
+                .map(|l| l.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(candidates.pop())
+}
+
 /// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read back
 /// through IFLA_INFO_DATA), and has prevResult's addresses; then IPAM CHECK.
-pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
-    let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
-    let state = att.child().ok_or_else(|| not_a_child(&att))?;
-    let rec = &state.child;
-    let mismatch = |what: &str, have: String, want: String| {
-        Error::CheckFailed(format!(
-            "{} in the pod has {what} {have}, expected {want}",
-            req.env.ifname
-        ))
-    };
-    if link.kind.as_deref() != Some(rec.kind.as_str()) {
-        return Err(mismatch(
-            "kind",
-            format!("{:?}", link.kind),
-            rec.kind.as_str().to_string(),
-        ));
-    }
-    if rec.hwaddr.as_deref() != Some(link.hwaddr_string().as_str()) {
-        return Err(mismatch(
-            "hwaddr",
-            link.hwaddr_string(),
-            format!("{:?}", rec.hwaddr),
-        ));
-    }
-    if let Some(mtu) = state.pod_interface.mtu {
-        if link.mtu != mtu {
-            return Err(mismatch("MTU", link.mtu.to_string(), mtu.to_string()));
-        }
-    }
-    if let (Some(want), Some(have)) = (rec.ipoib, link.ipoib_info()) {
-        let have = IpoibRecord::from(have);
-        if have != want {
-            return Err(mismatch(
-                "IPoIB pkey/mode/umcast",
-                format!("{have:?}"),
-                format!("{want:?}"),
-            ));
-        }
-    }
-    if rec.macvlan_mode.is_some() && link.macvlan_mode() != rec.macvlan_mode {
-        return Err(mismatch(
-            "macvlan mode",
-            format!("{:?}", link.macvlan_mode()),
-            format!("{:?}", rec.macvlan_mode),
-        ));
-    }
-    crate::attach::check::check_prev_addresses(ctx.kernel, &ns, &link, req)?;
-    crate::attach::check::check_gids(ctx.sys, &ns, &att)?;
+fn check(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    att: &Attachment,
+    ns: &Netns,
+    state: &ChildState,
+) -> Result<()> {
+    let link = crate::attach::check::check_pod_link(ctx, req, ns)?;
+    check_child(&link, state, &req.env.ifname)?;
+    crate::attach::check::check_prev_addresses(ctx.kernel, ns, &link, req)?;
+    crate::attach::check::check_gids(ctx.sys, ns, att)?;
     ctx.ipam.check(req)
 }
 
-/// A record of another mode handed to this one: the record changed under the conf.
-fn not_a_child(att: &Attachment) -> Error {
-    Error::State(format!(
-        "record {} is of mode {}, not a child interface (macvlan or ipoib)",
-        att.id(),
-        att.mode().as_str()
-    ))
+/// The pod's `link` is the recorded child: kind, address, MTU, IPoIB and macvlan settings.
+fn check_child(link: &Link, state: &ChildState, ifname: &str) -> Result<()> {
+    let rec = &state.child;
+    let mismatch = |what: &str, have: String, want: String| {
+        Err(Error::CheckFailed(format!(
+            "{ifname} in the pod has {what} {have}, expected {want}"
+        )))
+    };
+    if link.kind.as_deref() != Some(rec.kind.as_str()) {
+        let want = rec.kind.as_str().to_string();
+        return mismatch("kind", format!("{:?}", link.kind), want);
+    }
+    if rec.hwaddr.as_deref() != Some(link.hwaddr_string().as_str()) {
+        return mismatch("hwaddr", link.hwaddr_string(), format!("{:?}", rec.hwaddr));
+    }
+    if let Some(mtu) = state.pod_interface.mtu.filter(|&m| m != link.mtu) {
+        return mismatch("MTU", link.mtu.to_string(), mtu.to_string());
+    }
+    if let (Some(want), Some(have)) = (rec.ipoib, link.ipoib_info().map(IpoibRecord::from)) {
+        if have != want {
+            let (have, want) = (format!("{have:?}"), format!("{want:?}"));
+            return mismatch("IPoIB pkey/mode/umcast", have, want);
+        }
+    }
+    if rec.macvlan_mode.is_some() && link.macvlan_mode() != rec.macvlan_mode {
+        let have = format!("{:?}", link.macvlan_mode());
+        return mismatch("macvlan mode", have, format!("{:?}", rec.macvlan_mode));
+    }
+    Ok(())
 }

@@ -3,28 +3,155 @@
 //! ADD steps, each with its undo: intent record → one RTM_NEWLINK that moves, renames and sets
 //! the MTU (a netns move is the costly kernel operation: it is done once per direction), with
 //! IPAM ADD running beside these two → addresses → up → routes → final record. DEL brings the
-//! device back under its original name and MTU, admin down, also when the pod netns is gone.
+//! device back under its original name and MTU, admin down, also when the pod netns is gone
+//! (back.rs).
 
-use crate::attach::check::{check_gids, check_ib_device, check_prev_addresses};
+mod back;
+
+pub use back::release_device;
+
 use std::path::Path;
 
 use ipnetwork::IpNetwork;
 
 use crate::attach::addresses::configure_pod_interface;
-use crate::attach::config::PluginConf;
-use crate::attach::gids::{wait_for_gids, with_view, GidView};
-use crate::attach::ib_device::{self, plan_ib_move, RdmaRecord};
+use crate::attach::check::{check_gids, check_ib_device, check_prev_addresses};
+use crate::attach::gids::{wait_for_gids, with_view, GidSource, GidView};
+use crate::attach::ib_device::{self, plan_ib_move, RdmaConf, RdmaRecord};
+use crate::attach::modes::{ModeAdd, ModeDriver, ModeState};
 use crate::attach::plan::Plan;
-use crate::attach::record::{Attachment, HostDevice, ModeState, MoveState, PodInterface};
-use crate::attach::select::{select_host_device, Selector};
+use crate::attach::record::{
+    Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
+};
+use crate::attach::select::{select_host_device, DeviceId, Selector};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
-use crate::cni::Request;
+use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::nldev::NetnsMode;
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns};
+use crate::kernel::{format_hwaddr, Link, LinkChange, Netns, Ns};
+use back::{restore_host_setup, return_ib_device, same_device, same_hwaddr, undo_move};
+
+/// Mode `move`. Its DEL (the shared frame around `release`) brings the device back from the pod
+/// netns, or finds it in the host where the kernel put it when the netns died; IPAM DEL runs
+/// beside the device's return: the move back waits in the kernel long enough to hide the IPAM
+/// plugin's exec, and host-device too releases the address while the device is in the pod.
+pub struct MoveDevice;
+
+impl ModeDriver for MoveDevice {
+    const NAME: &'static str = "move";
+    const LOCKS_DEVICE: bool = true;
+    type Settings = ();
+    type Target = Selector;
+    type State = MoveState;
+
+    fn settings(_conf: &NetConf, _rdma: RdmaConf) -> Result<()> {
+        Ok(())
+    }
+
+    fn target(req: &Request, device_id: Option<&DeviceId>) -> Result<Selector> {
+        crate::attach::select::device_selector(&req.conf, device_id)
+    }
+
+    fn add(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, MoveDevice>) -> Result<CniResult> {
+        let netns = open_netns(req.env.netns.as_deref())?;
+        let selector = &add.target;
+        let found = match select_host_device(ctx.kernel, ctx.sys, selector) {
+            Ok(l) => l,
+            Err(e @ Error::DeviceNotFound(_)) => return Err(explain_held(ctx, req, selector, e)),
+            Err(e) => return Err(e),
+        };
+        let key = device_key(&found);
+        let _lock = ctx.store.lock_device(&key, add.conf.plugin.lock_timeout)?;
+        let mut add = MoveAdd::decide(ctx, req, add, &netns, &found, key)?;
+        let result = crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))?;
+        crate::log_info!(
+            "moved {} into {} as {}",
+            add.host.name,
+            add.att.netns,
+            add.att.ifname
+        );
+        Ok(result)
+    }
+
+    fn check(
+        ctx: &Ctx<'_>,
+        req: &Request,
+        att: &Attachment,
+        ns: &Netns,
+        state: &MoveState,
+    ) -> Result<()> {
+        check(ctx, req, att, ns, state)
+    }
+
+    fn release(
+        ctx: &Ctx<'_>,
+        netns: Option<&Path>,
+        att: &Attachment,
+        state: &MoveState,
+    ) -> Result<()> {
+        release_device(ctx.kernel, ctx.rdma, netns, att, state)
+    }
+
+    fn state_from_wire(mut wire: ModeWire) -> std::result::Result<MoveState, RecordMismatch> {
+        Ok(MoveState {
+            pod_interface: wire.take_pod_interface(),
+            rdma: wire.rdma,
+            host: wire.host,
+        })
+    }
+
+    /// The ib device moves with the netdev in exclusive netns mode; `rdma: exclusive` requires
+    /// it, `auto` takes either.
+    fn netns_mode_needed(rdma: RdmaConf) -> Option<NetnsMode> {
+        (rdma == RdmaConf::Exclusive).then_some(NetnsMode::Exclusive)
+    }
+}
+
+/// What mode `move` records: the host netdev moved into the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveState {
+    /// The device as it was in the host: what DEL restores.
+    pub host: HostDevice,
+    /// The ib device moved along (exclusive netns mode), if any.
+    pub rdma: Option<RdmaRecord>,
+    pub pod_interface: PodInterface,
+}
+
+impl ModeRecord for MoveState {
+    fn to_wire(&self, _ifname: &str) -> ModeWire {
+        ModeWire {
+            rdma: self.rdma.clone(),
+            ..ModeWire::new(self.host.clone(), Some(&self.pod_interface))
+        }
+    }
+
+    fn pod_interface(&self) -> Option<&PodInterface> {
+        Some(&self.pod_interface)
+    }
+
+    fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
+        Some(&mut self.pod_interface)
+    }
+
+    fn ib_device(&self) -> Option<&RdmaRecord> {
+        self.rdma.as_ref()
+    }
+
+    fn host_side(&self) -> HostSide<'_> {
+        HostSide {
+            name: Some(&self.host.name),
+            hwaddr: Some(&self.host.hwaddr),
+            pci: self.host.pci.as_deref(),
+        }
+    }
+
+    fn listed_device(&self) -> String {
+        self.host.name.clone()
+    }
+}
 
 /// The lock/state key of a device: its PCI function when it has one (stable across renames and
 /// netns moves), else its permanent or current hardware address.
@@ -36,39 +163,11 @@ pub fn device_key(link: &Link) -> String {
     format!("mac-{}", format_hwaddr(mac))
 }
 
-pub fn add(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-    let netns = open_netns(req.env.netns.as_deref())?;
-    let id = crate::attach::select::device_plugin_id(&req.conf)?;
-    let selector = &crate::attach::select::device_selector(&req.conf, id.as_ref())?;
-    let found = match select_host_device(ctx.kernel, ctx.sys, selector) {
-        Ok(l) => l,
-        Err(e @ Error::DeviceNotFound(_)) => return Err(explain_held(ctx, req, selector, e)),
-        Err(e) => return Err(e),
-    };
-    let key = device_key(&found);
-    let _lock = ctx.store.lock_device(&key, pc.lock_timeout)?;
-    let mut add = MoveAdd::decide(ctx, req, pc, &netns, selector, &found, key)?;
-    let mut plan = Plan::new(ctx.fault.clone());
-    match add.run(&mut plan) {
-        Ok(result) => {
-            plan.commit();
-            crate::log_info!(
-                "moved {} into {} as {}",
-                add.host.name,
-                add.att.netns,
-                add.att.ifname
-            );
-            Ok(result)
-        }
-        Err(e) => Err(plan.rollback(e)),
-    }
-}
-
 /// One move-mode ADD: what is decided before the first change, then one method per step.
 struct MoveAdd<'a> {
     ctx: &'a Ctx<'a>,
     req: &'a Request,
-    pc: &'a PluginConf,
+    conf: &'a crate::attach::config::AddConf<'a>,
     netns: &'a Netns,
     dev: Link,
     /// The device as it is in the host now (recorded for DEL).
@@ -88,75 +187,24 @@ impl<'a> MoveAdd<'a> {
     fn decide(
         ctx: &'a Ctx<'a>,
         req: &'a Request,
-        pc: &'a PluginConf,
+        add: &'a ModeAdd<'a, MoveDevice>,
         netns: &'a Netns,
-        selector: &Selector,
         found: &Link,
         key: String,
     ) -> Result<MoveAdd<'a>> {
-        // Re-read under the lock: a concurrent attachment may have moved it meanwhile.
-        let dev = ctx
-            .kernel
-            .link_by_index(Ns::Host, found.index)
-            .kernel_ctx(|| format!("re-reading {}", found.name))?
-            .filter(|l| l.hwaddr == found.hwaddr)
-            .ok_or_else(|| {
-                Error::DeviceInUse(format!(
-                    "{} ({}) left the host netns while this ADD waited for its lock: another \
-                     attachment took it",
-                    found.name,
-                    selector.describe()
-                ))
-            })?;
+        let rdma = add.conf.plugin.rdma;
+        let dev = reread_under_lock(ctx, found, &add.target)?;
         refuse_if_held(ctx, req, &key, &dev)?;
-        let ib = plan_ib_move(ctx.rdma, ctx.sys, pc.rdma, &dev)?;
-        if let Some(existing) = ctx
-            .kernel
-            .link_by_name(Ns::Pod(netns), &req.env.ifname)
-            .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?
-        {
-            return Err(Error::IfnameTaken(format!(
-                "the pod netns {} already has an interface named {} (ifindex {}); nothing was \
-                 moved: pick another CNI_IFNAME",
-                netns.path().display(),
-                req.env.ifname,
-                existing.index
-            )));
-        }
+        let ib = plan_ib_move(ctx.rdma, ctx.sys, rdma, &dev)?;
+        refuse_taken_ifname(ctx, req, netns)?;
         let host_addresses = ctx
             .kernel
             .addresses(Ns::Host, dev.index)
             .kernel_ctx(|| format!("reading addresses of {}", dev.name))?;
-        let host = HostDevice {
-            name: dev.name.clone(),
-            ifindex: dev.index,
-            mtu: dev.mtu,
-            hwaddr: dev.hwaddr_string(),
-            perm_hwaddr: dev.perm_hwaddr.as_deref().map(format_hwaddr),
-            // The netdev's parent device from netlink, else the PCI function the selector named
-            // (sysfs listed this netdev under it).
-            pci: dev.pci_address().map(str::to_string).or(match selector {
-                Selector::Pci { address, .. } => Some(address.clone()),
-                _ => None,
-            }),
-            was_up: dev.up,
-            addresses: host_addresses.iter().map(|a| a.to_string()).collect(),
-        };
-        // Where the pod IPs' RoCE GIDs will show: on the moved ib device, seen from inside the
-        // pod (exclusive), or on the host's ib device that lists the pod netdev by its pod name
-        // (shared).
-        let roce_ports = match (&ib, pc.rdma) {
-            (Some(rec), _) if !rec.infiniband => vec![(rec.ibdev.clone(), rec.port)],
-            (Some(_), _) | (None, crate::attach::ib_device::RdmaConf::Off) => Vec::new(),
-            (None, _) => crate::attach::gids::roce_ports_of(ctx.sys, &dev.name)?,
-        };
-        let gid_view = match (&ib, roce_ports.is_empty()) {
-            (_, true) => None,
-            (Some(_), false) => Some(GidView::Pod),
-            (None, false) => Some(GidView::Host),
-        };
+        let host = host_record(&dev, &add.target, &host_addresses);
+        let gids = gid_source(ctx.sys, ib.as_ref(), rdma, &dev)?;
         // Read while the netdev is still in the host's /sys/class/net.
-        let perm_ibdevs = match (&ib, crate::attach::permissions::from_conf(&req.conf)?) {
+        let perm_ibdevs = match (&ib, &add.conf.permissions) {
             (_, None) => Vec::new(),
             (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
             (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
@@ -165,23 +213,24 @@ impl<'a> MoveAdd<'a> {
             host: host.clone(),
             rdma: ib.clone(),
             pod_interface: PodInterface {
-                gid_view,
+                gid_view: gids.as_ref().map(|g| g.view),
                 ..PodInterface::default()
             },
         };
-        let att = Attachment::adding(req, netns, key, ModeState::Move(state));
+        let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
+        let mode_state = ModeState::of::<MoveDevice>(state);
         Ok(MoveAdd {
             ctx,
             req,
-            pc,
+            conf: &add.conf,
             netns,
             dev,
             host,
             ib,
             host_addresses,
-            roce_ports,
+            roce_ports: gids.map(|g| g.ports).unwrap_or_default(),
             perm_ibdevs,
-            att,
+            att: Attachment::adding(req, netns, key, mode_state, device_id),
         })
     }
 
@@ -195,7 +244,7 @@ impl<'a> MoveAdd<'a> {
         let pod_link = self.pod_link()?;
         crate::attach::permissions::apply_permissions(
             ctx,
-            req,
+            self.conf.permissions.as_ref(),
             &mut self.att,
             &self.perm_ibdevs,
             plan,
@@ -210,7 +259,13 @@ impl<'a> MoveAdd<'a> {
             plan,
         )?;
         self.record_gids(&result, plan)?;
-        crate::attach::device_info::write_device_info(ctx, req, &mut self.att, &[], plan)?;
+        crate::attach::device_info::write_device_info(
+            ctx,
+            self.conf.device_info_file.as_deref(),
+            &mut self.att,
+            &[],
+            plan,
+        )?;
         crate::attach::lifecycle::finish_add(
             ctx,
             req,
@@ -278,7 +333,7 @@ impl<'a> MoveAdd<'a> {
                 self.dev.name, self.host.hwaddr
             ))
         })?;
-        ib_device::rename_ipoib(k, pod, &link, &self.req.env.ifname, self.pc.mtu)?;
+        ib_device::rename_ipoib(k, pod, &link, &self.req.env.ifname, self.conf.plugin.mtu)?;
         plan.checkpoint("move")
     }
 
@@ -292,7 +347,7 @@ impl<'a> MoveAdd<'a> {
             &LinkChange {
                 netns: Some(Ns::Pod(netns)),
                 name: Some(ifname.clone()),
-                mtu: self.pc.mtu,
+                mtu: self.conf.plugin.mtu,
                 up: None,
             },
         );
@@ -346,7 +401,7 @@ impl<'a> MoveAdd<'a> {
     /// The move's part of the record, as `decide` built it.
     fn recorded(&mut self) -> &mut MoveState {
         self.att
-            .moved_mut()
+            .state_mut()
             .expect("MoveAdd::decide records a moved device")
     }
 
@@ -357,7 +412,7 @@ impl<'a> MoveAdd<'a> {
         if let (Some(view), false) = (gid_view, result.ips.is_empty()) {
             let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
             let ifname = self.req.env.ifname.clone();
-            let timeout = self.pc.gid_timeout;
+            let timeout = self.conf.plugin.gid_timeout;
             let roce_ports = &self.roce_ports;
             let found = with_view(self.ctx.sys, view, self.netns, |sys| {
                 // rxe deletes its ib device when its netdev leaves the host netns
@@ -385,153 +440,78 @@ impl<'a> MoveAdd<'a> {
     }
 }
 
-/// Brings an ib device back to the host: moved from inside the pod netns when it is there, or
-/// already returned by the kernel when the pod netns died. An IPoIB netdev is re-created by the
-/// kernel with its ib device: it is found by its port GID and given its host name and MTU.
-fn return_ib_device(
-    k: &dyn NetOps,
-    rdma: &dyn RdmaOps,
-    netns: Option<&Netns>,
-    rec: &RdmaRecord,
-    host: &HostDevice,
-) -> Result<()> {
-    if let Some(ns) = netns {
-        let pod = Ns::Pod(ns);
-        let index = rdma
-            .device_index(pod, &rec.ibdev)
-            .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?;
-        if let Some(index) = index {
-            rdma.move_device(pod, index, Ns::Host)
-                .map_err(|e| ib_device::move_error(rec, "back to the host netns", e))?;
-        }
-    }
-    if rdma
-        .device_index(Ns::Host, &rec.ibdev)
-        .kernel_ctx(|| format!("looking up ib device {} in the host", rec.ibdev))?
-        .is_none()
+/// The device as it is now, re-read under its lock: a concurrent attachment may have moved it
+/// while this ADD waited.
+fn reread_under_lock(ctx: &Ctx<'_>, found: &Link, selector: &Selector) -> Result<Link> {
+    ctx.kernel
+        .link_by_index(Ns::Host, found.index)
+        .kernel_ctx(|| format!("re-reading {}", found.name))?
+        .filter(|l| l.hwaddr == found.hwaddr)
+        .ok_or_else(|| {
+            Error::DeviceInUse(format!(
+                "{} ({}) left the host netns while this ADD waited for its lock: another \
+                 attachment took it",
+                found.name,
+                selector.describe()
+            ))
+        })
+}
+
+/// CNI_IFNAME must be free in the pod: nothing has moved yet when it is not.
+fn refuse_taken_ifname(ctx: &Ctx<'_>, req: &Request, netns: &Netns) -> Result<()> {
+    let ifname = &req.env.ifname;
+    match ctx
+        .kernel
+        .link_by_name(Ns::Pod(netns), ifname)
+        .kernel_ctx(|| format!("looking up {ifname} in the pod"))?
     {
-        crate::log_warn!(
-            "ib device {} is neither in the pod netns nor back in the host yet",
-            rec.ibdev
-        );
-    }
-    if rec.infiniband {
-        if let Some(link) = ib_device::find_ipoib_netdev(k, Ns::Host, &host.hwaddr)? {
-            ib_device::rename_ipoib(k, Ns::Host, &link, &host.name, Some(host.mtu))?;
-        }
-    }
-    Ok(())
-}
-
-/// Rollback of the move: the device goes back to the host under its original name and MTU, with
-/// its admin state and host addresses, from wherever the failed ADD left it (in the pod under the
-/// pod name or still under the host name).
-fn undo_move(
-    k: &dyn NetOps,
-    netns: &Netns,
-    host: &HostDevice,
-    ifname: &str,
-    addrs: &[IpNetwork],
-) -> Result<()> {
-    let in_pod = match find_in_pod(k, netns, Some(host.ifindex), ifname, host)? {
-        Some(l) => Some(l),
-        None => find_in_pod(k, netns, None, &host.name, host)?,
-    };
-    let index = match in_pod {
-        Some(link) => move_back_to_host(k, netns, &link, host)?,
-        None => {
-            let link = find_in_host(k, host)?.ok_or_else(|| {
-                Error::DeviceNotFound(format!(
-                    "{} ({}) vanished during rollback: it is neither in the pod netns nor in                      the host",
-                    host.name, host.hwaddr
-                ))
-            })?;
-            restore_name_and_mtu(k, &link, host)?;
-            link.index
-        }
-    };
-    restore_host_setup(k, index, host, addrs)
-}
-
-/// Mode `move`. Its DEL (the shared frame around `release`) brings the device back from the pod
-/// netns, or finds it in the host where the kernel put it when the netns died; IPAM DEL runs
-/// beside the device's return: the move back waits in the kernel long enough to hide the IPAM
-/// plugin's exec, and host-device too releases the address while the device is in the pod.
-pub struct MoveDevice;
-
-impl super::ModeDriver for MoveDevice {
-    fn add(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<CniResult> {
-        add(ctx, req, pc)
-    }
-
-    fn check(&self, ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-        check(ctx, req, pc)
-    }
-
-    fn release(&self, ctx: &Ctx<'_>, netns: Option<&Path>, att: &Attachment) -> Result<()> {
-        release_device(ctx.kernel, ctx.rdma, netns, att)
-    }
-
-    fn locks_device(&self) -> bool {
-        true
-    }
-}
-
-/// Brings an attachment's device back to the host, wherever it is now. `netns` is the pod netns
-/// path DEL got (may be empty, or gone); the recorded path is used when none is given.
-pub fn release_device(
-    kernel: &dyn NetOps,
-    rdma_ops: &dyn RdmaOps,
-    netns: Option<&Path>,
-    att: &Attachment,
-) -> Result<()> {
-    let Some(MoveState {
-        host,
-        rdma,
-        pod_interface,
-    }) = att.moved()
-    else {
-        return Err(not_moved(att));
-    };
-    let (pod_ns, open_error) = match crate::attach::lifecycle::pod_netns(netns, att) {
-        Ok(ns) => (ns, None),
-        Err(e) => (None, Some(e)),
-    };
-    // The ib device first, from a socket inside the pod netns (from the host it is invisible in
-    // exclusive mode); an IPoIB netdev comes back with it.
-    if let Some(rec) = rdma {
-        return_ib_device(kernel, rdma_ops, pod_ns.as_ref(), rec, host)?;
-        if rec.infiniband {
-            return Ok(());
-        }
-    }
-    if let Some(ns) = &pod_ns {
-        if let Some(link) = find_in_pod(kernel, ns, pod_interface.ifindex, &att.ifname, host)? {
-            move_back_to_host(kernel, ns, &link, host)?;
-            return Ok(());
-        }
-    }
-    // The pod netns is gone (or never held it): physical netdevs come back to the host under their
-    // pod name when a netns dies (virtual ones, like veth, are destroyed with it).
-    if let Some(link) = find_in_host(kernel, host)? {
-        restore_name_and_mtu(kernel, &link, host)?;
-        return Ok(());
-    }
-    match open_error {
-        Some(e) => Err(Error::Netns(format!(
-            "{e}, so {} cannot be brought back from it, and it is not in the host either",
-            host.name
+        Some(existing) => Err(Error::IfnameTaken(format!(
+            "the pod netns {} already has an interface named {ifname} (ifindex {}); nothing was \
+             moved: pick another CNI_IFNAME",
+            netns.path().display(),
+            existing.index
         ))),
-        None => {
-            crate::log_warn!(
-                "{} ({}) is neither in the pod netns nor in the host: it was destroyed with its \
-                 netns (virtual devices are) or removed; nothing to bring back",
-                host.name,
-                host.hwaddr
-            );
-            Ok(())
-        }
+        None => Ok(()),
     }
+}
+
+/// The device as it is in the host now, with its addresses there: what DEL restores.
+fn host_record(dev: &Link, selector: &Selector, addresses: &[IpNetwork]) -> HostDevice {
+    HostDevice {
+        name: dev.name.clone(),
+        ifindex: dev.index,
+        mtu: dev.mtu,
+        hwaddr: dev.hwaddr_string(),
+        perm_hwaddr: dev.perm_hwaddr.as_deref().map(format_hwaddr),
+        // The netdev's parent device from netlink, else the PCI function the selector named
+        // (sysfs listed this netdev under it).
+        pci: dev.pci_address().map(str::to_string).or(match selector {
+            Selector::Pci { address, .. } => Some(address.clone()),
+            _ => None,
+        }),
+        was_up: dev.up,
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
+/// Where the pod IPs' RoCE GIDs will show, and which sysfs shows them: on the moved ib device,
+/// seen from inside the pod (exclusive), or on the host's ib device that lists the pod netdev by
+/// its pod name (shared). None to wait for when IPoIB moves or the conf asks for no RDMA.
+fn gid_source(
+    sys: &SysRoot,
+    ib: Option<&RdmaRecord>,
+    rdma: RdmaConf,
+    dev: &Link,
+) -> Result<Option<GidSource>> {
+    let (ports, view) = match (ib, rdma) {
+        (Some(rec), _) if !rec.infiniband => (vec![(rec.ibdev.clone(), rec.port)], GidView::Pod),
+        (Some(_), _) | (None, RdmaConf::Off) => return Ok(None),
+        (None, _) => (
+            crate::attach::gids::roce_ports_of(sys, &dev.name)?,
+            GidView::Host,
+        ),
+    };
+    Ok((!ports.is_empty()).then_some(GidSource { ports, view }))
 }
 
 /// Names of the ib devices a host netdev belongs to (its own function's, or rxe's parent).
@@ -547,199 +527,16 @@ pub fn ib_device_names(sys: &SysRoot, netdev: &str) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Equal hardware addresses; for 20-byte IPoIB addresses only the port GID (bytes 4-19)
-/// counts: the flags and QPN in bytes 0-3 change when the kernel re-creates the netdev.
-fn same_hwaddr(a: &[u8], b: &[u8]) -> bool {
-    match (a.len(), b.len()) {
-        (20, 20) => a[4..] == b[4..],
-        _ => a == b,
-    }
-}
-
-fn same_device(link: &Link, host: &HostDevice) -> bool {
-    let recorded = crate::kernel::parse_hwaddr(&host.hwaddr).unwrap_or_default();
-    same_hwaddr(&link.hwaddr, &recorded)
-        || host.perm_hwaddr.is_some()
-            && link.perm_hwaddr.as_deref().map(format_hwaddr) == host.perm_hwaddr
-}
-
-/// The attachment's device inside the pod: by recorded ifindex, else by the pod name; either
-/// way only if its hardware address is the recorded one.
-fn find_in_pod(
-    kernel: &dyn NetOps,
-    ns: &Netns,
-    index: Option<u32>,
-    ifname: &str,
-    host: &HostDevice,
-) -> Result<Option<Link>> {
-    let pod = Ns::Pod(ns);
-    let err = |e| Error::kernel(format!("looking for {} in the pod netns", host.name), e);
-    if let Some(i) = index {
-        if let Some(l) = kernel.link_by_index(pod, i).map_err(err)? {
-            if same_device(&l, host) {
-                return Ok(Some(l));
-            }
-        }
-    }
-    Ok(kernel
-        .link_by_name(pod, ifname)
-        .map_err(err)?
-        .filter(|l| same_device(l, host)))
-}
-
-/// The device in the host netns: by recorded ifindex, then by a dump matched on hwaddr.
-fn find_in_host(kernel: &dyn NetOps, host: &HostDevice) -> Result<Option<Link>> {
-    let err = |e| Error::kernel(format!("looking for {} in the host", host.name), e);
-    if let Some(l) = kernel.link_by_index(Ns::Host, host.ifindex).map_err(err)? {
-        if same_device(&l, host) {
-            return Ok(Some(l));
-        }
-    }
-    Ok(kernel
-        .links(Ns::Host)
-        .map_err(err)?
-        .into_iter()
-        .find(|l| same_device(l, host)))
-}
-
-/// One RTM_NEWLINK from inside the pod: to the host netns, original name and MTU. An altname
-/// equal to the original name (left by some udev setups, sriov-cni #445) makes the rename fail
-/// with EEXIST: it is dropped first. If another host device took the name meanwhile, the device
-/// still comes home, under `rdmans<ifindex>`, and the clash is reported.
-fn move_back_to_host(
-    kernel: &dyn NetOps,
-    ns: &Netns,
-    link: &Link,
-    host: &HostDevice,
-) -> Result<u32> {
-    let pod = Ns::Pod(ns);
-    if link.altnames.iter().any(|a| a == &host.name) {
-        kernel
-            .del_altname(pod, link.index, &host.name)
-            .kernel_ctx(|| format!("dropping altname {} of {}", host.name, link.name))?;
-    }
-    let change = |name: &str| LinkChange {
-        netns: Some(Ns::Host),
-        name: Some(name.to_string()),
-        mtu: (link.mtu != host.mtu).then_some(host.mtu),
-        up: None,
-    };
-    if crate::attach::plan::test_fault("skip-rename-back") {
-        let planted = format!("rdmans{}", link.index);
-        return kernel
-            .set_link(pod, link.index, &change(&planted))
-            .map(|()| link.index)
-            .kernel_ctx(|| format!("moving {} back (planted fault)", link.name));
-    }
-    match kernel.set_link(pod, link.index, &change(&host.name)) {
-        Ok(()) => Ok(link.index),
-        Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => {
-            let holder = kernel
-                .link_by_name(Ns::Host, &host.name)
-                .ok()
-                .flatten()
-                .map(|l| format!("{} (ifindex {})", l.name, l.index))
-                .unwrap_or_else(|| "another device".into());
-            let fallback = format!("rdmans{}", link.index);
-            // The move itself may have happened before the rename failed (the kernel applies
-            // the parts in order): finish from wherever the device is now.
-            let already_home = kernel
-                .link_by_index(Ns::Host, link.index)
-                .ok()
-                .flatten()
-                .filter(|l| same_device(l, host));
-            let (ns, request) = match already_home {
-                Some(_) => (
-                    Ns::Host,
-                    LinkChange {
-                        netns: None,
-                        ..change(&fallback)
-                    },
-                ),
-                None => (pod, change(&fallback)),
-            };
-            kernel
-                .set_link(ns, link.index, &request)
-                .kernel_ctx(|| format!("moving {} back to the host as {fallback}", link.name))?;
-            Err(Error::DeviceInUse(format!(
-                "{} is back in the host as {fallback}: its original name {} is taken by {holder}; \
-                 rename one of them",
-                link.name, host.name
-            )))
-        }
-        Err(e) => Err(Error::kernel(
-            format!(
-                "moving {} from the pod back to the host as {}",
-                link.name, host.name
-            ),
-            e,
-        )),
-    }
-}
-
-/// After a rollback: the device is back under its name; bring back its admin state and the
-/// addresses it had in the host (a netns move flushes them).
-fn restore_host_setup(
-    kernel: &dyn NetOps,
-    index: u32,
-    host: &HostDevice,
-    addrs: &[IpNetwork],
-) -> Result<()> {
-    if host.was_up {
-        kernel
-            .set_link(
-                Ns::Host,
-                index,
-                &LinkChange {
-                    up: Some(true),
-                    ..Default::default()
-                },
-            )
-            .kernel_ctx(|| format!("setting {} up again", host.name))?;
-    }
-    for a in addrs {
-        match kernel.add_address(Ns::Host, index, *a) {
-            Ok(()) => {}
-            Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => {}
-            Err(e) => {
-                return Err(Error::kernel(
-                    format!("restoring address {a} on {}", host.name),
-                    e,
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A device already in the host (returned by the kernel when its netns died): original name and
-/// MTU, admin down, in one request; nothing when it is already so.
-fn restore_name_and_mtu(kernel: &dyn NetOps, link: &Link, host: &HostDevice) -> Result<()> {
-    let change = LinkChange {
-        netns: None,
-        name: (link.name != host.name).then(|| host.name.clone()),
-        mtu: (link.mtu != host.mtu).then_some(host.mtu),
-        up: link.up.then_some(false),
-    };
-    if change.name.is_none() && change.mtu.is_none() && change.up.is_none() {
-        return Ok(());
-    }
-    if link.altnames.iter().any(|a| a == &host.name) {
-        kernel
-            .del_altname(Ns::Host, link.index, &host.name)
-            .kernel_ctx(|| format!("dropping altname {} of {}", host.name, link.name))?;
-    }
-    kernel
-        .set_link(Ns::Host, link.index, &change)
-        .kernel_ctx(|| format!("renaming {} back to {} in the host", link.name, host.name))
-}
-
 /// CHECK: the interface is in the pod with the recorded identity, MTU and prevResult's
 /// addresses; then IPAM CHECK.
-pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
-    let state = att.moved().ok_or_else(|| not_moved(&att))?;
-    let link = crate::attach::check::check_pod_link(ctx, req, &ns)?;
+fn check(
+    ctx: &Ctx<'_>,
+    req: &Request,
+    att: &Attachment,
+    ns: &Netns,
+    state: &MoveState,
+) -> Result<()> {
+    let link = crate::attach::check::check_pod_link(ctx, req, ns)?;
     if !same_device(&link, &state.host) {
         return Err(Error::CheckFailed(format!(
             "{} in the pod has hwaddr {}, expected {} (host device {})",
@@ -758,25 +555,21 @@ pub fn check(ctx: &Ctx<'_>, req: &Request, _pc: &PluginConf) -> Result<()> {
         }
     }
     if let Some(rec) = &state.rdma {
-        check_ib_device(ctx.rdma, &ns, rec)?;
+        check_ib_device(ctx.rdma, ns, rec)?;
     }
-    check_prev_addresses(ctx.kernel, &ns, &link, req)?;
-    check_gids(ctx.sys, &ns, &att)?;
+    check_prev_addresses(ctx.kernel, ns, &link, req)?;
+    check_gids(ctx.sys, ns, att)?;
     ctx.ipam.check(req)
 }
 
 /// ADD found no device: if a live attachment holds a device matching the selector, say who.
-fn explain_held(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    selector: &crate::attach::select::Selector,
-    not_found: Error,
-) -> Error {
+fn explain_held(ctx: &Ctx<'_>, req: &Request, selector: &Selector, not_found: Error) -> Error {
     let holder = ctx.store.list_all().0.into_iter().find(|a| {
-        let same_attachment = a.network == req.conf.name
-            && a.container_id == req.env.container_id
-            && a.ifname == req.env.ifname;
-        !same_attachment && holds(a, selector)
+        !a.is(&req.conf.name, &req.env.container_id, &req.env.ifname)
+            && selector.names_recorded(
+                a.mode_state.record().host_side(),
+                a.ib_device().map(|r| r.ibdev.as_str()),
+            )
     });
     match holder {
         Some(a) => Error::DeviceInUse(format!(
@@ -793,51 +586,11 @@ fn explain_held(
     }
 }
 
-/// Whether `a` holds the device `selector` names: its moved device, a child's parent, or a
-/// chained attachment's VF (known by PCI function, prevResult's MAC and ib device; its host name
-/// was never recorded).
-fn holds(a: &Attachment, selector: &Selector) -> bool {
-    let (name, hwaddr, pci) = match &a.mode_state {
-        ModeState::Move(m) => (
-            Some(&m.host.name),
-            Some(&m.host.hwaddr),
-            m.host.pci.as_ref(),
-        ),
-        ModeState::Child(c) => (
-            Some(&c.parent.name),
-            Some(&c.parent.hwaddr),
-            c.parent.pci.as_ref(),
-        ),
-        ModeState::Chained(c) => (None, c.prev_mac.as_ref(), Some(&c.function)),
-    };
-    match selector {
-        Selector::Name { name: wanted, .. } => name == Some(wanted),
-        Selector::HwAddr(h) => hwaddr.is_some_and(|mac| *mac == format_hwaddr(h)),
-        Selector::Pci { address, .. } => pci == Some(address),
-        Selector::IbDevice(ibdev) => a.ib_device().is_some_and(|r| &r.ibdev == ibdev),
-        // Records keep no kernelpath or auxiliary device name of the netdev they hold, so these
-        // selectors cannot name a holder; the plain "not found" stands.
-        Selector::KernelPath(_) | Selector::Aux { .. } => false,
-    }
-}
-
-/// A record of another mode handed to this one: the record changed under the conf.
-fn not_moved(att: &Attachment) -> Error {
-    Error::State(format!(
-        "record {} is of mode {}, not a moved device",
-        att.id(),
-        att.mode().as_str()
-    ))
-}
-
 /// ADD found the device in the host: refuse it if another attachment's record claims it and that
 /// attachment's pod netns still exists.
 fn refuse_if_held(ctx: &Ctx<'_>, req: &Request, key: &str, dev: &Link) -> Result<()> {
     for a in ctx.store.list_all().0 {
-        let same_attachment = a.network == req.conf.name
-            && a.container_id == req.env.container_id
-            && a.ifname == req.env.ifname;
-        if a.device_key != key || same_attachment {
+        if a.device_key != key || a.is(&req.conf.name, &req.env.container_id, &req.env.ifname) {
             continue;
         }
         if Netns::open(Path::new(&a.netns)).is_ok() {

@@ -1,8 +1,11 @@
 //! Unit tests of the child-interface modes: MTU and mode decisions, one-request creation in the
 //! pod, rollback, and DEL wherever the kernel left the child.
 
-use crate::attach::config::{IpoibConf, IpoibModeConf, ModeConf, PluginConf};
-use crate::attach::modes::child::{plan_ipoib, plan_macvlan, IPOIB_CM_MTU};
+use crate::attach::config::PluginConf;
+use crate::attach::modes::child::{ChildKind, ChildPlan, ChildState};
+use crate::attach::modes::ipoib::{plan_ipoib, IpoibConf, IpoibModeConf, IPOIB_CM_MTU};
+use crate::attach::modes::macvlan::plan_macvlan;
+use crate::attach::modes::ModeConf;
 use crate::attach::testkit::{Call, NsKey, POD};
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
@@ -48,6 +51,24 @@ fn pc(json: serde_json::Value) -> PluginConf {
     }
     let conf = NetConf::parse(base.to_string().as_bytes(), Command::Add).unwrap();
     PluginConf::from_conf(&conf).unwrap()
+}
+
+/// The IPoIB child of `parent` that conf fields `fields` ask for.
+fn ipoib_plan(parent: &Link, fields: serde_json::Value) -> crate::error::Result<ChildPlan> {
+    let pc = pc(fields);
+    match &pc.mode {
+        ModeConf::Ipoib(settings) => plan_ipoib(parent, settings, pc.mtu),
+        other => panic!("not an ipoib conf: {other:?}"),
+    }
+}
+
+/// The macvlan child of `parent` that conf fields `fields` ask for, with no MAC given.
+fn macvlan_plan(parent: &Link, fields: serde_json::Value) -> crate::error::Result<ChildPlan> {
+    let pc = pc(fields);
+    match &pc.mode {
+        ModeConf::Macvlan(settings) => plan_macvlan(parent, settings, pc.mtu, None),
+        other => panic!("not a macvlan conf: {other:?}"),
+    }
 }
 
 /// (parent, conf fields, Ok((IPoIB mode, MTU)) or Err(CNI code)).
@@ -99,7 +120,7 @@ fn ipoib_mode_and_mtu_follow_the_parent_and_the_table() {
         (eth_parent(), json!({"mode": "ipoib"}), Err(110)),
     ];
     for (parent, conf, want) in cases {
-        let got = plan_ipoib(&parent, &pc(conf.clone()));
+        let got = ipoib_plan(&parent, conf.clone());
         match (got, want) {
             (Ok(p), Ok((mode, mtu))) => {
                 assert!(
@@ -112,9 +133,9 @@ fn ipoib_mode_and_mtu_follow_the_parent_and_the_table() {
             (got, want) => panic!("{conf}: got {got:?}, want {want:?}"),
         }
     }
-    let err = plan_ipoib(
+    let err = ipoib_plan(
         &enhanced,
-        &pc(json!({"mode": "ipoib", "ipoibMode": "connected"})),
+        json!({"mode": "ipoib", "ipoibMode": "connected"}),
     )
     .unwrap_err();
     assert!(
@@ -125,9 +146,9 @@ fn ipoib_mode_and_mtu_follow_the_parent_and_the_table() {
 
 #[test]
 fn ipoib_pkey_and_umcast_reach_the_request() {
-    let p = plan_ipoib(
+    let p = ipoib_plan(
         &ib_parent(0x80, 2044, true),
-        &pc(serde_json::json!({"mode": "ipoib", "pkey": "0x8001", "umcast": true, "ipoibMode": "datagram"})),
+        serde_json::json!({"mode": "ipoib", "pkey": "0x8001", "umcast": true, "ipoibMode": "datagram"}),
     )
     .unwrap();
     assert_eq!(
@@ -142,7 +163,11 @@ fn ipoib_pkey_and_umcast_reach_the_request() {
     let default = pc(serde_json::json!({"mode": "ipoib"}));
     assert_eq!(default.mode, ModeConf::Ipoib(IpoibConf::default()));
     assert_eq!(IpoibConf::default().ipoib_mode, IpoibModeConf::Auto);
-    let p = plan_ipoib(&ib_parent(0x80, 2044, true), &default).unwrap();
+    let p = ipoib_plan(
+        &ib_parent(0x80, 2044, true),
+        serde_json::json!({"mode": "ipoib"}),
+    )
+    .unwrap();
     assert!(
         matches!(p.kind, LinkKind::Ipoib { pkey: None, .. }),
         "no pkey: the parent's is inherited"
@@ -152,26 +177,11 @@ fn ipoib_pkey_and_umcast_reach_the_request() {
 #[test]
 fn macvlan_needs_an_ethernet_parent_and_an_mtu_not_above_it() {
     use serde_json::json;
-    assert!(plan_macvlan(
-        &eth_parent(),
-        &pc(json!({"mode": "macvlan", "mtu": 9000})),
-        None
-    )
-    .is_ok());
-    let e = plan_macvlan(
-        &eth_parent(),
-        &pc(json!({"mode": "macvlan", "mtu": 9001})),
-        None,
-    )
-    .unwrap_err();
+    assert!(macvlan_plan(&eth_parent(), json!({"mode": "macvlan", "mtu": 9000})).is_ok());
+    let e = macvlan_plan(&eth_parent(), json!({"mode": "macvlan", "mtu": 9001})).unwrap_err();
     assert_eq!(e.code(), 7);
     assert!(e.to_string().contains("9000"), "{e}");
-    let e = plan_macvlan(
-        &ib_parent(0x80, 2044, true),
-        &pc(json!({"mode": "macvlan"})),
-        None,
-    )
-    .unwrap_err();
+    let e = macvlan_plan(&ib_parent(0x80, 2044, true), json!({"mode": "macvlan"})).unwrap_err();
     assert_eq!(e.code(), 110);
     assert!(e.to_string().contains("ipoib"), "{e}");
 }
@@ -248,11 +258,11 @@ fn macvlan_is_created_in_the_pod_in_one_request_and_deleted_on_del() {
     assert_eq!(kids[0].1.mtu, 1500);
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     assert_eq!(
-        att.child().unwrap().child.kind,
-        crate::attach::record::ChildKind::Macvlan
+        att.state::<ChildState>().unwrap().child.kind,
+        ChildKind::Macvlan
     );
     assert_eq!(
-        att.child().unwrap().parent.name,
+        att.state::<ChildState>().unwrap().parent.name,
         "ens1f0np0",
         "the parent is recorded"
     );
@@ -598,7 +608,11 @@ fn a_shared_device_plugin_index_selects_nothing_and_is_recorded() {
         let w = world(parent.clone(), fields);
         w.run(Command::Add, POD, None).unwrap();
         let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-        assert_eq!(att.child().unwrap().parent.name, parent.name, "{fields}");
+        assert_eq!(
+            att.state::<ChildState>().unwrap().parent.name,
+            parent.name,
+            "{fields}"
+        );
         assert!(
             att.device_id.as_deref() == Some("0") || att.device_id.as_deref() == Some("3"),
             "{fields}: {:?}",
@@ -626,7 +640,7 @@ fn a_pci_device_id_selects_the_parent_and_must_agree_with_master() {
     );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.child().unwrap().parent.name, "ens1f0v0");
+    assert_eq!(att.state::<ChildState>().unwrap().parent.name, "ens1f0v0");
     assert_eq!(att.device_id.as_deref(), Some("0000:3b:00.2"));
     w.run(Command::Del, POD, None).unwrap();
 
@@ -662,7 +676,7 @@ fn rdma_device_names_the_parent_netdev() {
     );
     w.run(Command::Add, POD, None).unwrap();
     let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
-    assert_eq!(att.child().unwrap().parent.name, "ens1f0np0");
+    assert_eq!(att.state::<ChildState>().unwrap().parent.name, "ens1f0np0");
     let kids = children(&w);
     assert_eq!(kids.len(), 1);
     assert_eq!(kids[0].1.link, Some(4), "created on the PF netdev");

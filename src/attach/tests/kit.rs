@@ -258,10 +258,9 @@ impl World {
     pub fn dispatch(&self, req: &Request, fault: Option<Fault>) -> Result<Option<CniResult>> {
         let pc = PluginConf::from_conf(&req.conf)?;
         let ctx = self.ctx(fault);
-        let driver = modes::driver(pc.mode.kind());
         match req.env.command {
-            Command::Add => driver.add(&ctx, req, &pc).map(Some),
-            Command::Check => driver.check(&ctx, req, &pc).map(|()| None),
+            Command::Add => pc.mode.add(&ctx, req, &pc).map(Some),
+            Command::Check => modes::check(&ctx, req, &pc).map(|()| None),
             Command::Del => lifecycle::del(&ctx, req, &pc).map(|()| None),
             Command::Gc => gc::gc(&ctx, req, pc.lock_timeout).map(|()| None),
             Command::Status => crate::attach::status(&ctx, req).map(|()| None),

@@ -3,6 +3,7 @@
 
 use nix::errno::Errno;
 
+use crate::attach::modes::move_dev::MoveState;
 use crate::attach::testkit::{Call, NsKey, POD};
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
@@ -148,10 +149,15 @@ fn add_moves_renames_and_sets_mtu_in_one_request_then_addresses_up_routes() {
 
     let att = w.store.load("rdma-net", "c0ffee", "net1").unwrap().unwrap();
     assert_eq!(att.phase, crate::attach::record::Phase::Ready);
-    assert_eq!(att.moved().unwrap().host.name, "ens1f0v0");
-    assert_eq!(att.moved().unwrap().host.mtu, 1500);
+    assert_eq!(att.state::<MoveState>().unwrap().host.name, "ens1f0v0");
+    assert_eq!(att.state::<MoveState>().unwrap().host.mtu, 1500);
     assert_eq!(att.device_key, "pci-0000:3b:00.2");
-    assert!(att.moved().unwrap().pod_interface.ipam_result.is_some());
+    assert!(att
+        .state::<MoveState>()
+        .unwrap()
+        .pod_interface
+        .ipam_result
+        .is_some());
 }
 
 #[test]
