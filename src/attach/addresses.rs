@@ -1,11 +1,40 @@
-//! Addresses, admin state and routes of an interface already in the pod: the steps every mode
-//! shares after its device is in place.
+//! Step `addresses`: the IPAM result's addresses, admin state and routes of the pod interface,
+//! once it is in the pod; its CHECK looks for prevResult's addresses.
 
 use crate::attach::plan::Plan;
-use crate::cni::result::CniResult;
+use crate::attach::steps::{CheckSubject, PodSide, Step, StepAdd};
+use crate::attach::Ctx;
+use crate::cni::result::{CniResult, IpConfig};
+use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
-use crate::error::Result;
-use crate::kernel::{LinkChange, NetOps, Netns, Ns, RouteSpec};
+use crate::error::{Error, Result};
+use crate::kernel::{Link, LinkChange, NetOps, Netns, Ns, RouteSpec};
+
+/// Step `addresses` (checkpoints `addresses`, `up`, `routes`): see [`configure_pod_interface`].
+/// Nothing to release: the addresses and routes go with the interface.
+#[derive(Debug)]
+pub struct Addresses;
+
+impl Step for Addresses {
+    fn configure(&self, _conf: &NetConf) -> Result<Box<dyn StepAdd>> {
+        Ok(Box::new(Addresses))
+    }
+
+    fn check(&self, ctx: &Ctx<'_>, subject: &CheckSubject<'_>, link: Option<&Link>) -> Result<()> {
+        match link {
+            Some(link) => check_prev_addresses(ctx.kernel, subject.ns, link, subject.req),
+            None => Ok(()),
+        }
+    }
+}
+
+impl StepAdd for Addresses {
+    fn apply<'a>(&self, pod: &mut PodSide<'a>, plan: &mut Plan<'a>) -> Result<()> {
+        let index = pod.link()?.index;
+        let (kernel, ifname) = (pod.ctx.kernel, &pod.req.env.ifname);
+        configure_pod_interface(kernel, pod.netns, index, ifname, &pod.result, plan)
+    }
+}
 
 /// Adds the IPAM result's addresses, sets the link up, then adds the routes (a route via a
 /// gateway needs the connected route that the address and the up state create). Each change
@@ -65,4 +94,36 @@ pub fn configure_pod_interface<'a>(
         });
     }
     plan.checkpoint("routes")
+}
+
+/// CHECK: every prevResult IP of this interface is on the pod link.
+fn check_prev_addresses(kernel: &dyn NetOps, ns: &Netns, link: &Link, req: &Request) -> Result<()> {
+    let Some(prev) = &req.conf.prev_result else {
+        return Ok(());
+    };
+    let have = kernel
+        .addresses(Ns::Pod(ns), link.index)
+        .kernel_ctx(|| format!("reading addresses of {}", req.env.ifname))?;
+    for ip in prev_ips_for(prev, &req.env.ifname) {
+        if !have.contains(&ip.address) {
+            return Err(Error::CheckFailed(format!(
+                "{} in the pod lacks address {} from prevResult (has {})",
+                req.env.ifname,
+                ip.address,
+                have.iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// prevResult's IPs that belong to `ifname` (or carry no interface index at all).
+fn prev_ips_for<'r>(prev: &'r CniResult, ifname: &str) -> impl Iterator<Item = &'r IpConfig> {
+    let index = prev.interfaces.iter().position(|i| i.name == ifname);
+    prev.ips
+        .iter()
+        .filter(move |ip| ip.interface.is_none() || ip.interface == index)
 }

@@ -1,17 +1,46 @@
-//! CHECK's shared parts: the record and pod netns to check, the pod interface, its prevResult
-//! addresses, its GIDs and its ib device.
+//! CHECK: the frame every mode's CHECK runs in, and the parts modes share (the record and pod
+//! netns to check, the pod interface, an ib device). The steps' CHECKs are with the steps.
 
-use crate::attach::gids::{verify_gids, with_view};
+use crate::attach::config::PluginConf;
 use crate::attach::ib_device::RdmaRecord;
 use crate::attach::record::Attachment;
+use crate::attach::steps::CheckSubject;
 use crate::attach::Ctx;
-use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::Request;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
-use crate::kernel::sysfs::SysRoot;
-use crate::kernel::{Link, NetOps, Netns, Ns};
+use crate::kernel::{Netns, Ns};
+
+/// CHECK, the same frame for every mode: the record of the attachment, whose mode must be the
+/// conf's (another means the configuration changed under the attachment); the mode's CHECK of
+/// what it made; each of its steps' CHECKs, in order; then IPAM CHECK where the mode made the
+/// pod interface (IPAM configured it).
+pub fn check(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
+    let (att, ns) = check_subject(ctx, req)?;
+    if att.mode() != pc.mode.kind() {
+        return Err(Error::State(format!(
+            "record {} is of mode {}, but the configuration asks for mode {}: it changed since \
+             ADD",
+            att.id(),
+            att.mode().as_str(),
+            pc.mode.kind().as_str()
+        )));
+    }
+    let subject = CheckSubject {
+        req,
+        att: &att,
+        ns: &ns,
+    };
+    let link = att.mode_state.check(ctx, &subject)?;
+    for step in att.mode().steps() {
+        step.check(ctx, &subject, link.as_ref())?;
+    }
+    match att.pod_interface() {
+        Some(_) => ctx.ipam.check(req),
+        None => Ok(()),
+    }
+}
 
 /// CHECK's common start: the attachment's record (108 when there is none) and its pod netns
 /// (3 when it cannot be opened: the container is gone).
@@ -51,21 +80,6 @@ pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<crate:
         })
 }
 
-/// CHECK's GID part: every recorded GID still holds its IP at its index.
-pub fn check_gids(sys: &SysRoot, ns: &Netns, att: &Attachment) -> Result<()> {
-    let Some(pod_interface) = att.pod_interface() else {
-        return Ok(());
-    };
-    match pod_interface.gid_view {
-        Some(view) if !pod_interface.gids.is_empty() => {
-            let ifname = att.ifname.clone();
-            let gids = pod_interface.gids.clone();
-            with_view(sys, view, ns, move |s| verify_gids(s, &gids, &ifname))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// CHECK's RDMA part: the ib device is visible in the pod netns and its port is ACTIVE.
 pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Result<()> {
     let pod = Ns::Pod(ns);
@@ -89,41 +103,4 @@ pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Resu
         )));
     }
     Ok(())
-}
-
-/// CHECK's address part: every prevResult IP of this interface is on the pod link.
-pub fn check_prev_addresses(
-    kernel: &dyn NetOps,
-    ns: &Netns,
-    link: &Link,
-    req: &Request,
-) -> Result<()> {
-    let Some(prev) = &req.conf.prev_result else {
-        return Ok(());
-    };
-    let have = kernel
-        .addresses(Ns::Pod(ns), link.index)
-        .kernel_ctx(|| format!("reading addresses of {}", req.env.ifname))?;
-    for ip in prev_ips_for(prev, &req.env.ifname) {
-        if !have.contains(&ip.address) {
-            return Err(Error::CheckFailed(format!(
-                "{} in the pod lacks address {} from prevResult (has {})",
-                req.env.ifname,
-                ip.address,
-                have.iter()
-                    .map(|a| a.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// prevResult's IPs that belong to `ifname` (or carry no interface index at all).
-fn prev_ips_for<'r>(prev: &'r CniResult, ifname: &str) -> impl Iterator<Item = &'r IpConfig> {
-    let index = prev.interfaces.iter().position(|i| i.name == ifname);
-    prev.ips
-        .iter()
-        .filter(move |ip| ip.interface.is_none() || ip.interface == index)
 }

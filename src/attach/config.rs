@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::{Mode, ModeConf};
-use crate::attach::permissions::DevicePermissions;
 use crate::attach::select::DeviceId;
+use crate::attach::steps::{Step, StepAdd};
 use crate::attach::store::DEFAULT_DATA_DIR;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -113,24 +113,34 @@ pub struct AddConf<'a> {
     /// The device plugin's allocation (`runtimeConfig.deviceID`, `deviceID` or `pciBusID`), as
     /// the record keeps it, also when it selects nothing.
     pub device_id: Option<DeviceId>,
-    /// `devicePermissions`.
-    pub permissions: Option<DevicePermissions>,
-    /// `runtimeConfig.CNIDeviceInfoFile`, checked.
-    pub device_info_file: Option<PathBuf>,
+    /// The mode's steps, each with its fields of the conf (`devicePermissions`,
+    /// `runtimeConfig.CNIDeviceInfoFile`, ...), in the order ADD runs them.
+    pub steps: Vec<Box<dyn StepAdd>>,
 }
 
 impl<'a> AddConf<'a> {
+    /// The ADD configuration of a mode that runs `steps`.
     pub fn from_request(
         req: &Request,
         plugin: &'a PluginConf,
         device_id: Option<DeviceId>,
+        steps: &[&dyn Step],
     ) -> Result<AddConf<'a>> {
         Ok(AddConf {
             plugin,
             device_id,
-            permissions: crate::attach::permissions::from_conf(&req.conf)?,
-            device_info_file: crate::attach::device_info::path_from_conf(&req.conf)?,
+            steps: crate::attach::steps::configure(steps, &req.conf)?,
         })
+    }
+
+    /// Whether a step reads the pod's ib devices (`steps::PodSide::ib_devices`).
+    pub fn reads_ib_devices(&self) -> bool {
+        self.steps.iter().any(|s| s.reads_ib_devices())
+    }
+
+    /// The device plugin's ID as the record keeps it.
+    pub fn recorded_device_id(&self) -> Option<String> {
+        self.device_id.as_ref().map(|id| id.value.clone())
     }
 }
 

@@ -17,6 +17,7 @@
 
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
+use crate::attach::steps::{PodSide, Step, StepAdd};
 use crate::attach::Ctx;
 use std::fs;
 use std::io;
@@ -262,13 +263,37 @@ pub fn remove(path: &Path) -> Result<()> {
     }
 }
 
-// ---- the attachment step: write on ADD (with undo), remove on DEL/GC ----
+// ---- the step: write on ADD (with undo), remove on DEL/GC ----
 
-/// Step `device-info`: writes the NPWG device-info file at `runtimeConfig.CNIDeviceInfoFile`
-/// for the attachment's PCI function (the moved device, a child's parent, a chained VF), keeping
-/// what a device plugin already wrote there for the same function. Without a PCI function,
-/// `ib_devices` (a child parent's ib devices) are written alone. Undo puts back what was there.
-pub fn write_device_info<'a>(
+/// Step `device-info`: the NPWG device-info file at `runtimeConfig.CNIDeviceInfoFile`.
+pub struct DeviceInfoFile;
+
+/// [`DeviceInfoFile`] as the runtime asks for it: the path, checked; None writes nothing.
+#[derive(Debug)]
+struct DeviceInfoAdd(Option<PathBuf>);
+
+impl Step for DeviceInfoFile {
+    fn configure(&self, conf: &NetConf) -> Result<Box<dyn StepAdd>> {
+        Ok(Box::new(DeviceInfoAdd(path_from_conf(conf)?)))
+    }
+
+    fn release(&self, _ctx: &Ctx<'_>, _netns: Option<&Path>, att: &Attachment) -> Result<()> {
+        remove_device_info(att)
+    }
+}
+
+impl StepAdd for DeviceInfoAdd {
+    fn apply<'a>(&self, pod: &mut PodSide<'a>, plan: &mut Plan<'a>) -> Result<()> {
+        let path = self.0.as_deref();
+        write_device_info(pod.ctx, path, &mut pod.att, &pod.info_ib_devices, plan)
+    }
+}
+
+/// Writes the device-info file at `path` for the attachment's PCI function (the moved device, a
+/// child's parent, a chained VF), keeping what a device plugin already wrote there for the same
+/// function. Without a PCI function, `ib_devices` (a child parent's ib devices) are written
+/// alone. Undo puts back what was there.
+fn write_device_info<'a>(
     ctx: &'a Ctx<'a>,
     path: Option<&Path>,
     att: &mut Attachment,

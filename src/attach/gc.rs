@@ -23,7 +23,7 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
             .and_then(|_lock| {
                 att.mode_state.release(ctx, None, &att)?;
                 let mut published = Vec::new();
-                crate::attach::lifecycle::release_all(ctx, &att, &mut published);
+                crate::attach::lifecycle::release_all(ctx, None, &att, &mut published);
                 Error::collect(published)
             })
             .and_then(|_| {

@@ -11,9 +11,78 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::attach::plan::Plan;
+use crate::attach::record::Attachment;
+use crate::attach::steps::{CheckSubject, PodSide, Step, StepAdd};
+use crate::attach::Ctx;
+use crate::cni::NetConf;
 use crate::error::{Error, Result};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::{GidType, RdmaSysfs};
+use crate::kernel::{Link, Netns};
+
+/// Step `gids`: waits (bounded by `gidTimeoutMs`) for the kernel to add the pod IPs' RoCE GIDs
+/// where the mode said they show, and records their indexes; ADD fails with 121 when one never
+/// appears. Its CHECK: every recorded GID still holds its IP at its index.
+#[derive(Debug)]
+pub struct GidWait;
+
+impl Step for GidWait {
+    fn configure(&self, _conf: &NetConf) -> Result<Box<dyn StepAdd>> {
+        Ok(Box::new(GidWait))
+    }
+
+    fn check(&self, ctx: &Ctx<'_>, subject: &CheckSubject<'_>, _link: Option<&Link>) -> Result<()> {
+        check_gids(ctx.sys, subject.ns, subject.att)
+    }
+}
+
+impl StepAdd for GidWait {
+    fn apply<'a>(&self, pod: &mut PodSide<'a>, plan: &mut Plan<'a>) -> Result<()> {
+        let ips: Vec<IpAddr> = pod.result.ips.iter().map(|i| i.address.ip()).collect();
+        if let (Some(source), false) = (&pod.gids, ips.is_empty()) {
+            let ifname = &pod.req.env.ifname;
+            let timeout = pod.conf.plugin.gid_timeout;
+            let found = wait_in_view(pod.ctx.sys, source, pod.netns, &ips, ifname, timeout)?;
+            let mode = pod.att.mode().as_str();
+            let recorded = pod.att.pod_interface_mut().ok_or_else(|| {
+                Error::State(format!(
+                    "{ifname}: mode {mode} records no pod interface GIDs"
+                ))
+            })?;
+            recorded.gid_view = (!found.is_empty()).then_some(source.view);
+            recorded.gids = found;
+        }
+        plan.checkpoint("gids")
+    }
+}
+
+/// [`wait_for_gids`] on the sysfs `source` names. rxe deletes its ib device when its netdev
+/// leaves the host netns (NETDEV_UNREGISTER): then there is no GID to report, and none is
+/// waited for. Hardware keeps its ib device.
+fn wait_in_view(
+    sys: &SysRoot,
+    source: &GidSource,
+    netns: &Netns,
+    ips: &[IpAddr],
+    ndev: &str,
+    timeout: Duration,
+) -> Result<Vec<GidRecord>> {
+    let ports = &source.ports;
+    with_view(sys, source.view, netns, |sys| {
+        if ports
+            .iter()
+            .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
+        {
+            crate::log_warn!(
+                "{ndev}: the ib device(s) {ports:?} went away when the netdev moved (software \
+                 RoCE does this); no GID to report"
+            );
+            return Ok(Vec::new());
+        }
+        wait_for_gids(sys, ports, ips, ndev, timeout)
+    })
+}
 
 /// Default bound on the wait for the kernel to add the pod's GIDs.
 pub const DEFAULT_GID_TIMEOUT_MS: u64 = 3_000;
@@ -209,6 +278,21 @@ pub fn verify_gids(sys: &SysRoot, records: &[GidRecord], ndev: &str) -> Result<(
         }
     }
     Ok(())
+}
+
+/// CHECK: every recorded GID still holds its IP at its index.
+fn check_gids(sys: &SysRoot, ns: &Netns, att: &Attachment) -> Result<()> {
+    let Some(pod_interface) = att.pod_interface() else {
+        return Ok(());
+    };
+    match pod_interface.gid_view {
+        Some(view) if !pod_interface.gids.is_empty() => {
+            let ifname = att.ifname.clone();
+            let gids = pod_interface.gids.clone();
+            with_view(sys, view, ns, move |s| verify_gids(s, &gids, &ifname))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -3,11 +3,10 @@
 //! IPAM, record).
 
 use crate::attach::config::{self, PluginConf};
-use crate::attach::device_info::remove_device_info;
-use crate::attach::permissions::release_permissions;
 use crate::attach::plan;
 use crate::attach::plan::Plan;
-use crate::attach::record::{self, Attachment};
+use crate::attach::record::{self, Attachment, Phase};
+use crate::attach::steps::PodSide;
 use crate::attach::Ctx;
 use crate::cni::result::CniResult;
 use crate::cni::Request;
@@ -170,7 +169,7 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
                     errors.push(e);
                 }
                 plan::kill_point(ctx.fault.as_ref(), "del-release")?;
-                release_all(ctx, att, &mut errors);
+                release_all(ctx, req.env.netns.as_deref(), att, &mut errors);
                 plan::kill_point(ctx.fault.as_ref(), "del-published")?;
             }
             None => crate::log_info!(
@@ -222,45 +221,49 @@ pub fn pod_netns(netns: Option<&std::path::Path>, att: &Attachment) -> Result<Op
     Ok(Some(ns))
 }
 
-/// DEL/GC: everything published, released; errors collected.
-pub fn release_all(ctx: &Ctx<'_>, att: &Attachment, errors: &mut Vec<Error>) {
-    if let Err(e) = release_permissions(ctx, att) {
-        errors.push(e);
-    }
-    if let Err(e) = remove_device_info(att) {
-        errors.push(e);
+/// DEL/GC: what the mode's steps published (device permissions, the device-info file, ...),
+/// released after the mode's own release; errors collected.
+pub fn release_all(
+    ctx: &Ctx<'_>,
+    netns: Option<&std::path::Path>,
+    att: &Attachment,
+    errors: &mut Vec<Error>,
+) {
+    for step in att.mode().steps() {
+        if let Err(e) = step.release(ctx, netns, att) {
+            errors.push(e);
+        }
     }
 }
 
-/// The last step of an ADD of a mode that made the pod interface (move, macvlan, ipoib): the
-/// record becomes `ready` (with the IPAM result, for DEL without prevResult) and the result
-/// describes the pod interface, every IP on it.
-pub fn finish_add<'a>(
-    ctx: &'a crate::attach::Ctx<'a>,
-    req: &crate::cni::Request,
-    netns: &Netns,
-    att: &mut Attachment,
-    link: &crate::kernel::Link,
-    mut result: CniResult,
-    plan: &mut Plan<'a>,
-) -> Result<CniResult> {
-    att.phase = crate::attach::record::Phase::Ready;
-    let ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
-        None
-    } else {
-        Some(result.to_value("1.1.0")?)
-    };
-    let mode = att.mode().as_str();
-    let pod_interface = att.pod_interface_mut().ok_or_else(|| {
-        Error::State(format!(
-            "{}: mode {mode} makes no pod interface to finish",
-            req.env.ifname
-        ))
-    })?;
-    pod_interface.ipam_result = ipam_result;
-    ctx.store.update(att)?;
+/// The last step of every ADD: the record becomes `ready` (with the IPAM result, for DEL
+/// without prevResult, in the modes that made the pod interface) and is appended, without
+/// fsync (store.rs: only a power loss can lose it, and the intent line before it serves DEL).
+/// The result describes the pod interface the mode made, every IP on it; chained mode's is
+/// prevResult as it came.
+pub fn finish_add<'a>(pod: PodSide<'a>, plan: &mut Plan<'a>) -> Result<CniResult> {
+    let PodSide {
+        ctx,
+        req,
+        netns,
+        mut att,
+        link,
+        mut result,
+        ..
+    } = pod;
+    att.phase = Phase::Ready;
+    if let Some(pod_interface) = att.pod_interface_mut() {
+        pod_interface.ipam_result = if result.ips.is_empty() && result.routes.is_empty() {
+            None
+        } else {
+            Some(result.to_value("1.1.0")?)
+        };
+    }
+    ctx.store.update(&att)?;
     plan.checkpoint("state")?;
-
+    let Some(link) = link else {
+        return Ok(result);
+    };
     result.interfaces = vec![crate::cni::result::Interface {
         name: req.env.ifname.clone(),
         mac: Some(link.hwaddr_string()),

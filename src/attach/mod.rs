@@ -15,6 +15,7 @@ pub mod permissions;
 pub mod plan;
 pub mod record;
 pub mod select;
+pub mod steps;
 pub mod store;
 
 #[cfg(test)]
@@ -145,7 +146,7 @@ impl Plugin for RdmaNs {
     }
 
     fn check(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| modes::check(ctx, req, pc))
+        self.with_ctx(req, |ctx, pc| check::check(ctx, req, pc))
     }
 
     fn status(&self, req: &Request) -> Result<()> {

@@ -35,6 +35,7 @@
 
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
+use crate::attach::steps::{PodSide, Step, StepAdd};
 use crate::attach::Ctx;
 use std::fs::{self, File, Metadata};
 use std::io;
@@ -578,7 +579,40 @@ fn set_mode_gid(file: &File, path: &Path, md: &Metadata, mode: u32, gid: u32) ->
     Ok(())
 }
 
-// ---- the attachment steps: apply on ADD (with undo), release on DEL/GC ----
+// ---- the step: apply on ADD (with undo), release on DEL/GC ----
+
+/// Step `devperm`: the conf's `devicePermissions` on the char devices of the pod's ib devices.
+pub struct Permissions;
+
+/// [`Permissions`] as the conf asks for it: None changes nothing.
+#[derive(Debug)]
+struct PermissionsAdd(Option<DevicePermissions>);
+
+impl Step for Permissions {
+    fn configure(&self, conf: &NetConf) -> Result<Box<dyn StepAdd>> {
+        Ok(Box::new(PermissionsAdd(from_conf(conf)?)))
+    }
+
+    fn release(&self, ctx: &Ctx<'_>, _netns: Option<&Path>, att: &Attachment) -> Result<()> {
+        release_permissions(ctx, att)
+    }
+}
+
+impl StepAdd for PermissionsAdd {
+    fn apply<'a>(&self, pod: &mut PodSide<'a>, plan: &mut Plan<'a>) -> Result<()> {
+        apply_permissions(
+            pod.ctx,
+            self.0.as_ref(),
+            &mut pod.att,
+            &pod.ib_devices,
+            plan,
+        )
+    }
+
+    fn reads_ib_devices(&self) -> bool {
+        self.0.is_some()
+    }
+}
 
 /// The permission changes recorded by every other attachment on this node: a node they changed
 /// is restored only when the last of them is released (rdma_cm is node-wide).
@@ -600,11 +634,11 @@ struct Others {
     unreadable: Vec<Error>,
 }
 
-/// Step `devperm`: sets mode/group of the char devices of `ibdevs` (and rdma_cm) per conf
+/// Sets mode/group of the char devices of `ibdevs` (and rdma_cm) per conf
 /// `devicePermissions`. Runs after any ib device move: a move re-creates uverbs/umad nodes,
 /// possibly with other numbers, so they are read from sysfs (through `ibdev`) only now. The
 /// changes are in the record on disk before the first chmod.
-pub fn apply_permissions<'a>(
+fn apply_permissions<'a>(
     ctx: &'a Ctx<'a>,
     perms: Option<&DevicePermissions>,
     att: &mut Attachment,

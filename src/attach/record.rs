@@ -46,6 +46,17 @@ pub struct HostDevice {
     pub addresses: Vec<String>,
 }
 
+impl HostDevice {
+    /// This device as the host side of an attachment.
+    pub fn side(&self) -> HostSide<'_> {
+        HostSide {
+            name: Some(&self.name),
+            hwaddr: Some(&self.hwaddr),
+            pci: self.pci.as_deref(),
+        }
+    }
+}
+
 /// One attachment: everything DEL, CHECK and GC need without prevResult. What every mode
 /// records is here; what one mode has (a moved host device, a child and its parent, a chained
 /// ib device) is its [`ModeState`], so a record cannot hold what its mode never writes.
@@ -81,6 +92,38 @@ pub struct Attachment {
     /// when no runtime will send one (`rdma-ns reconcile`).
     pub conf: Option<serde_json::Value>,
     pub cni_path: Vec<String>,
+    /// What steps newer than the flat layout recorded, each under its own key.
+    pub steps: StepRecords,
+}
+
+/// What the steps of an ADD recorded beyond the flat layout's fields (`steps` on disk, left out
+/// when empty): each step's record under a key of its own, so a new step (steps.rs) records
+/// what it must release without a new field here. Releases that predate a step ignore its key,
+/// as they ignore any field they do not know.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepRecords(serde_json::Map<String, serde_json::Value>);
+
+impl StepRecords {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// What step `key` recorded; None when it recorded nothing.
+    pub fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> serde_json::Result<Option<T>> {
+        self.0
+            .get(key)
+            .cloned()
+            .map(serde_json::from_value)
+            .transpose()
+    }
+
+    /// Records `record` as step `key`'s, replacing what it recorded before.
+    pub fn set<T: Serialize>(&mut self, key: &str, record: &T) -> serde_json::Result<()> {
+        self.0
+            .insert(key.to_string(), serde_json::to_value(record)?);
+        Ok(())
+    }
 }
 
 /// The pod interface this plugin made (moved or created) and configured: what CHECK compares
@@ -163,6 +206,8 @@ struct RecordWire {
     conf: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     cni_path: Vec<String>,
+    #[serde(default, skip_serializing_if = "StepRecords::is_empty")]
+    steps: StepRecords,
 }
 
 /// The fields of the flat layout a mode's state is written in, where they stand in it (between
@@ -265,6 +310,7 @@ impl TryFrom<RecordWire> for Attachment {
             device_id: w.device_id,
             conf: w.conf,
             cni_path: w.cni_path,
+            steps: w.steps,
         })
     }
 }
@@ -289,6 +335,7 @@ impl From<&Attachment> for RecordWire {
             device_id: a.device_id.clone(),
             conf: a.conf.clone(),
             cni_path: a.cni_path.clone(),
+            steps: a.steps.clone(),
         }
     }
 }
@@ -378,6 +425,7 @@ impl Attachment {
                 .map(|p| p.display().to_string())
                 .collect(),
             device_id,
+            steps: StepRecords::default(),
         }
     }
 
@@ -739,6 +787,54 @@ mod tests {
         assert!(chained.device_info_file.is_some());
         assert_eq!(chained.pci_function(), Some("0000:3b:00.2"));
     }
+    /// The first line of a frozen schema-2 record, as JSON.
+    fn frozen_line(case: &str, file: &str) -> serde_json::Value {
+        let text = fs::read_to_string(schema_2_record(case, file)).unwrap();
+        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+    }
+
+    /// What a mode or a step newer than the flat layout records goes under keys of its own: a
+    /// mode's own fields reach its decoder in `ModeWire::own` and are written back where the
+    /// mode's fields stand (before `permChanges`); a step's record round-trips under `steps`,
+    /// which is left out when empty (the frozen records above hold none); and a mode that never
+    /// wrote a field drops it, as older releases do.
+    #[test]
+    fn newer_modes_and_steps_record_under_keys_of_their_own() {
+        let mut doc = frozen_line("macvlan", "c1:net1.json");
+        doc["dummyLink"] = serde_json::json!({"ifindex": 9});
+        let wire: RecordWire = serde_json::from_value(doc.clone()).unwrap();
+        assert_eq!(wire.mode_fields.own["dummyLink"]["ifindex"], 9);
+        let text = serde_json::to_string(&wire).unwrap();
+        let own = text.find("\"dummyLink\"").unwrap();
+        assert!(own > text.find("\"child\"").unwrap(), "{text}");
+        assert!(
+            own < text.find("\"permChanges\"").unwrap_or(text.len()),
+            "{text}"
+        );
+
+        let mut att: Attachment = serde_json::from_value(doc).unwrap();
+        let line = String::from_utf8(att.record_line().unwrap()).unwrap();
+        assert!(
+            !line.contains("dummyLink"),
+            "mode macvlan never wrote it: {line}"
+        );
+        assert!(
+            att.steps.is_empty() && !line.contains("\"steps\""),
+            "{line}"
+        );
+
+        let rxe = serde_json::json!({"ibdev": "rxe0", "index": 4});
+        att.steps.set("softRoce", &rxe).unwrap();
+        let line = att.record_line().unwrap();
+        let written: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(written["steps"], serde_json::json!({ "softRoce": rxe }));
+        let back = Attachment::from_record_file(&line).unwrap();
+        assert_eq!(back, att);
+        let got: Option<serde_json::Value> = back.steps.get("softRoce").unwrap();
+        assert_eq!(got, Some(rxe));
+        assert_eq!(back.steps.get::<serde_json::Value>("rail").unwrap(), None);
+    }
+
     /// A record whose mode and fields disagree names DEL nothing to release: it is refused,
     /// naming the file, the mode and the missing field, also when an intact intent line precedes
     /// it (that is no torn tail), and listed as unreadable, which keeps what it may hold (device

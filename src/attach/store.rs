@@ -498,6 +498,7 @@ mod tests {
             device_id: Some("0".into()),
             conf: None,
             cni_path: Vec::new(),
+            steps: Default::default(),
         }
     }
 

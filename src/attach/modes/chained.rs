@@ -6,15 +6,16 @@
 //! device (IFLA_PARENT_DEV_NAME, read through netlink inside the pod: the host's /sys cannot see
 //! the pod's netdevs).
 
-use std::path::Path;
-
+use crate::attach::device_info::DeviceInfoFile;
 use crate::attach::ib_device::{move_error, RdmaConf, RdmaRecord};
-use crate::attach::modes::{ModeAdd, ModeDriver, ModeState};
+use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
+use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
 use crate::attach::record::{
-    Attachment, HostDevice, HostSide, ModeRecord, ModeWire, Phase, PodInterface, RecordMismatch,
+    Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
 use crate::attach::select::{normalize_pci, DeviceId, Selector};
+use crate::attach::steps::{CheckSubject, PodSide, Step};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
@@ -22,7 +23,7 @@ use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::{Netns, Ns};
+use crate::kernel::{Link, Netns, Ns};
 
 /// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
 /// host from a socket inside the pod netns; with the pod netns gone the kernel has already
@@ -32,6 +33,7 @@ pub struct Chained;
 impl ModeDriver for Chained {
     const NAME: &'static str = "rdma";
     const LOCKS_DEVICE: bool = true;
+    const STEPS: &'static [&'static dyn Step] = &[&Permissions, &DeviceInfoFile];
     type Settings = ();
     /// The PCI function the device plugin's ID names; None: the pod interface's.
     type Target = Option<String>;
@@ -49,24 +51,33 @@ impl ModeDriver for Chained {
         add_chained(ctx, req, add)
     }
 
-    /// CHECK: the ib device is in the pod netns and its port is ACTIVE.
-    fn check(
-        ctx: &Ctx<'_>,
-        _req: &Request,
-        _att: &Attachment,
-        ns: &Netns,
-        state: &ChainedState,
-    ) -> Result<()> {
-        crate::attach::check::check_ib_device(ctx.rdma, ns, &state.rdma)
+    /// CHECK: the ib device is in the pod netns and its port is ACTIVE. The pod interface is
+    /// the previous plugin's to check.
+    fn check(ctx: &Ctx<'_>, on: &CheckSubject<'_>, state: &ChainedState) -> Result<Option<Link>> {
+        crate::attach::check::check_ib_device(ctx.rdma, on.ns, &state.rdma)?;
+        Ok(None)
     }
 
-    fn release(
-        ctx: &Ctx<'_>,
-        netns: Option<&Path>,
-        att: &Attachment,
-        state: &ChainedState,
-    ) -> Result<()> {
-        release(ctx, netns, att, &state.rdma)
+    /// Moves the ib device back to the host from inside its pod netns (the one DEL was given,
+    /// else the recorded one while it is still that netns); a netns that is gone has already
+    /// given it back (the kernel returns ib devices to init_net).
+    fn release(ctx: &Ctx<'_>, release: &Release<'_, ChainedState>) -> Result<()> {
+        let rec = &release.state.rdma;
+        let Some(ns) = crate::attach::lifecycle::pod_netns(release.netns, release.att)? else {
+            return Ok(());
+        };
+        let pod = Ns::Pod(&ns);
+        let index = ctx
+            .rdma
+            .device_index(pod, &rec.ibdev)
+            .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?;
+        match index {
+            Some(index) => ctx
+                .rdma
+                .move_device(pod, index, Ns::Host)
+                .map_err(|e| move_error(rec, "back to the host netns", e)),
+            None => Ok(()),
+        }
     }
 
     /// `host` holds a placeholder: only its PCI function and prevResult's MAC and MTU are the
@@ -228,13 +239,15 @@ fn add_chained(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Resu
         prev_mac: iface.and_then(|i| i.mac.clone()).filter(|m| !m.is_empty()),
         prev_mtu: iface.and_then(|i| i.mtu).filter(|&m| m != 0),
     };
-    let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
     let mode_state = ModeState::of::<Chained>(state);
-    let mut att = Attachment::adding(req, &netns, key, mode_state, device_id);
+    let att = Attachment::adding(req, &netns, key, mode_state, add.conf.recorded_device_id());
     crate::attach::plan::transact(ctx.fault.clone(), |plan| {
-        steps(ctx, &add.conf, &netns, &mut att, rec, plan)
-    })?;
-    Ok(prev)
+        crate::attach::lifecycle::write_intent(ctx, &att, plan)?;
+        move_into_pod(ctx, &netns, &rec, plan)?;
+        let mut pod = PodSide::new(ctx, req, &add.conf, &netns, att, prev);
+        pod.ib_devices = vec![rec.ibdev.clone()];
+        crate::attach::steps::run(pod, plan)
+    })
 }
 
 /// Moving an ib device between namespaces needs the RDMA subsystem in exclusive netns mode.
@@ -308,23 +321,19 @@ fn ib_device_of_function(ctx: &Ctx<'_>, bdf: &str) -> Result<RdmaRecord> {
     })
 }
 
-/// Intent record, the ib device `rec` (the one `att` records) into the pod, permissions,
-/// device-info, final record.
-fn steps<'a>(
+/// Step `ib-move`: the ib device `rec` into the pod; its undo moves it back.
+fn move_into_pod<'a>(
     ctx: &'a Ctx<'a>,
-    conf: &crate::attach::config::AddConf<'_>,
     netns: &'a Netns,
-    att: &mut Attachment,
-    rec: RdmaRecord,
+    rec: &RdmaRecord,
     plan: &mut Plan<'a>,
 ) -> Result<()> {
-    crate::attach::lifecycle::write_intent(ctx, att, plan)?;
     let pod = Ns::Pod(netns);
     ctx.rdma
         .move_device(Ns::Host, rec.index, pod)
         .map_err(|e| {
             move_error(
-                &rec,
+                rec,
                 &format!("into the pod netns {}", netns.path().display()),
                 e,
             )
@@ -335,48 +344,5 @@ fn steps<'a>(
             .move_device(pod, undo_rec.index, Ns::Host)
             .map_err(|e| move_error(&undo_rec, "back to the host netns", e))
     });
-    plan.checkpoint("ib-move")?;
-    crate::attach::permissions::apply_permissions(
-        ctx,
-        conf.permissions.as_ref(),
-        att,
-        std::slice::from_ref(&rec.ibdev),
-        plan,
-    )?;
-    crate::attach::device_info::write_device_info(
-        ctx,
-        conf.device_info_file.as_deref(),
-        att,
-        &[],
-        plan,
-    )?;
-    att.phase = Phase::Ready;
-    ctx.store.save(att)?;
-    plan.checkpoint("state")
-}
-
-/// Moves the attachment's ib device back to the host from inside its pod netns (`netns`, else
-/// the recorded one while it is still that netns); a netns that is gone has already given it
-/// back (the kernel returns ib devices to init_net).
-pub fn release(
-    ctx: &Ctx<'_>,
-    netns: Option<&Path>,
-    att: &Attachment,
-    rec: &RdmaRecord,
-) -> Result<()> {
-    let Some(ns) = crate::attach::lifecycle::pod_netns(netns, att)? else {
-        return Ok(());
-    };
-    let pod = Ns::Pod(&ns);
-    let index = ctx
-        .rdma
-        .device_index(pod, &rec.ibdev)
-        .kernel_ctx(|| format!("looking up ib device {} in the pod", rec.ibdev))?;
-    match index {
-        Some(index) => ctx
-            .rdma
-            .move_device(pod, index, Ns::Host)
-            .map_err(|e| move_error(rec, "back to the host netns", e)),
-        None => Ok(()),
-    }
+    plan.checkpoint("ib-move")
 }

@@ -12,15 +12,15 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attach::addresses::configure_pod_interface;
-use crate::attach::gids;
+use crate::attach::gids::{self, GidSource, GidView};
 use crate::attach::ib_device::RdmaConf;
-use crate::attach::modes::{ModeAdd, ModeDriver};
+use crate::attach::modes::{ModeAdd, ModeDriver, Release};
 use crate::attach::plan::Plan;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
 use crate::attach::select::{select_parent, DeviceId, Selector};
+use crate::attach::steps::{CheckSubject, PodSide, Step};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
@@ -43,6 +43,8 @@ pub trait ChildMode: Sized + 'static {
     const KIND: ChildKind;
     /// A parent netdev name, for messages that say what `master` could be.
     const EXAMPLE_PARENT: &'static str;
+    /// See [`ModeDriver::STEPS`].
+    const STEPS: &'static [&'static dyn Step];
     /// See [`ModeDriver::Settings`].
     type Settings: std::fmt::Debug + Clone + PartialEq + Eq;
 
@@ -63,6 +65,7 @@ pub trait ChildMode: Sized + 'static {
 impl<C: ChildMode> ModeDriver for C {
     const NAME: &'static str = C::NAME;
     const LOCKS_DEVICE: bool = false;
+    const STEPS: &'static [&'static dyn Step] = C::STEPS;
     type Settings = C::Settings;
     type Target = Vec<Selector>;
     type State = ChildState;
@@ -93,31 +96,29 @@ impl<C: ChildMode> ModeDriver for C {
         let parent = select_parent(ctx.kernel, ctx.sys, &add.target)?;
         refuse_exclusive_netns_mode(ctx, add.conf.plugin.rdma, C::NAME, &parent)?;
         let child = C::plan(&parent, add.settings, add.conf.plugin.mtu, req)?;
-        let roce_ports = match C::waits_for_gids(add.conf.plugin.rdma) {
+        let gids = match C::waits_for_gids(add.conf.plugin.rdma) {
             true => gids::roce_ports_of(ctx.sys, &parent.name)?,
             false => Vec::new(),
         };
-        let mut add = ChildAdd::decide(ctx, req, add, &netns, parent, child, roce_ports)?;
+        // The pod's IPs get their GIDs on the parent's ports, in the host (shared netns mode).
+        let gids = (!gids.is_empty()).then_some(GidSource {
+            ports: gids,
+            view: GidView::Host,
+        });
+        let add = ChildAdd::decide(ctx, req, add, &netns, parent, child, gids)?;
         crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))
     }
 
-    fn check(
-        ctx: &Ctx<'_>,
-        req: &Request,
-        att: &Attachment,
-        ns: &Netns,
-        state: &ChildState,
-    ) -> Result<()> {
-        check(ctx, req, att, ns, state)
+    /// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read
+    /// back through IFLA_INFO_DATA).
+    fn check(ctx: &Ctx<'_>, on: &CheckSubject<'_>, state: &ChildState) -> Result<Option<Link>> {
+        let link = crate::attach::check::check_pod_link(ctx, on.req, on.ns)?;
+        check_child(&link, state, &on.req.env.ifname)?;
+        Ok(Some(link))
     }
 
-    fn release(
-        ctx: &Ctx<'_>,
-        netns: Option<&Path>,
-        att: &Attachment,
-        state: &ChildState,
-    ) -> Result<()> {
-        release_child(ctx.kernel, netns, att, state)
+    fn release(ctx: &Ctx<'_>, release: &Release<'_, ChildState>) -> Result<()> {
+        release_child(ctx.kernel, release.netns, release.att, release.state)
     }
 
     fn state_from_wire(wire: ModeWire) -> std::result::Result<ChildState, RecordMismatch> {
@@ -261,11 +262,7 @@ impl ModeRecord for ChildState {
     }
 
     fn host_side(&self) -> HostSide<'_> {
-        HostSide {
-            name: Some(&self.parent.name),
-            hwaddr: Some(&self.parent.hwaddr),
-            pci: self.parent.pci.as_deref(),
-        }
+        self.parent.side()
     }
 
     fn listed_device(&self) -> String {
@@ -352,8 +349,8 @@ struct ChildAdd<'a> {
     netns: &'a Netns,
     parent: Link,
     child: ChildPlan,
-    /// RoCE ports of the parent: the pod's GIDs appear there (shared mode, host view).
-    roce_ports: Vec<(String, u32)>,
+    /// Where the pod's GIDs appear, if the mode waits for them.
+    gids: Option<GidSource>,
     att: Attachment,
 }
 
@@ -366,7 +363,7 @@ impl<'a> ChildAdd<'a> {
         netns: &'a Netns,
         parent: Link,
         child: ChildPlan,
-        roce_ports: Vec<(String, u32)>,
+        gids: Option<GidSource>,
     ) -> Result<ChildAdd<'a>> {
         if let Some(existing) = ctx
             .kernel
@@ -391,8 +388,8 @@ impl<'a> ChildAdd<'a> {
             },
             pod_interface: PodInterface::default(),
         };
-        let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
         let mode_state = crate::attach::modes::ModeState::of::<C>(state);
+        let device_id = add.conf.recorded_device_id();
         let att = Attachment::adding(req, netns, device_key, mode_state, device_id);
         Ok(ChildAdd {
             ctx,
@@ -401,52 +398,30 @@ impl<'a> ChildAdd<'a> {
             netns,
             parent,
             child,
-            roce_ports,
+            gids,
             att,
         })
     }
 
-    fn run(&mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
-        let (ctx, req, netns) = (self.ctx, self.req, self.netns);
+    fn run(mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
+        let (ctx, req) = (self.ctx, self.req);
         // IPAM ADD (an exec of the IPAM plugin, the longest step) runs beside the intent record
         // and the child's creation.
         let (link, ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
             self.intent_and_child(plan)
         })?;
         let link = self.settle(link)?;
+        // The pod shares the parent's ib devices: their char devices are the pod's, and the
+        // device-info file names them when the parent has no PCI function.
         let parent_ibdevs =
             crate::attach::modes::move_dev::ib_device_names(ctx.sys, &self.parent.name)?;
-        let perm_ibdevs = match self.conf.permissions {
-            Some(_) => parent_ibdevs.clone(),
-            None => Vec::new(),
-        };
-        crate::attach::permissions::apply_permissions(
-            ctx,
-            self.conf.permissions.as_ref(),
-            &mut self.att,
-            &perm_ibdevs,
-            plan,
-        )?;
         let result = ipam.unwrap_or_default();
-        configure_pod_interface(
-            ctx.kernel,
-            netns,
-            link.index,
-            &req.env.ifname,
-            &result,
-            plan,
-        )?;
-        self.record_gids(&result, plan)?;
-        crate::attach::device_info::write_device_info(
-            ctx,
-            self.conf.device_info_file.as_deref(),
-            &mut self.att,
-            &parent_ibdevs,
-            plan,
-        )?;
-        // Appended without fsync, as in move mode (store.rs): only a power loss can lose it, and
-        // that takes the pod netns and the child with it.
-        crate::attach::lifecycle::finish_add(ctx, req, netns, &mut self.att, &link, result, plan)
+        let mut pod = PodSide::new(ctx, req, self.conf, self.netns, self.att, result);
+        pod.link = Some(link);
+        pod.ib_devices = parent_ibdevs.clone();
+        pod.info_ib_devices = parent_ibdevs;
+        pod.gids = self.gids;
+        crate::attach::steps::run(pod, plan)
     }
 
     /// Writes the intent record (durably), then creates the child in the pod with its final
@@ -573,26 +548,6 @@ impl<'a> ChildAdd<'a> {
         self.att
             .state_mut()
             .expect("ChildAdd::decide records a child attachment")
-    }
-
-    /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs on the parent's ports and
-    /// records their indexes.
-    fn record_gids(&mut self, result: &CniResult, plan: &mut Plan<'a>) -> Result<()> {
-        if !self.roce_ports.is_empty() && !result.ips.is_empty() {
-            let ifname = &self.req.env.ifname;
-            let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-            let found = gids::wait_for_gids(
-                self.ctx.sys,
-                &self.roce_ports,
-                &ips,
-                ifname,
-                self.conf.plugin.gid_timeout,
-            )?;
-            let recorded = &mut self.recorded().pod_interface;
-            recorded.gids = found;
-            recorded.gid_view = Some(gids::GidView::Host);
-        }
-        plan.checkpoint("gids")
     }
 }
 
@@ -724,22 +679,6 @@ fn refunded_child(
         )));
     }
     Ok(candidates.pop())
-}
-
-/// CHECK: the child is in the pod with the recorded kind, address, MTU and mode/pkey (read back
-/// through IFLA_INFO_DATA), and has prevResult's addresses; then IPAM CHECK.
-fn check(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    att: &Attachment,
-    ns: &Netns,
-    state: &ChildState,
-) -> Result<()> {
-    let link = crate::attach::check::check_pod_link(ctx, req, ns)?;
-    check_child(&link, state, &req.env.ifname)?;
-    crate::attach::check::check_prev_addresses(ctx.kernel, ns, &link, req)?;
-    crate::attach::check::check_gids(ctx.sys, ns, att)?;
-    ctx.ipam.check(req)
 }
 
 /// The pod's `link` is the recorded child: kind, address, MTU, IPoIB and macvlan settings.

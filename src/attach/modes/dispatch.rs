@@ -43,6 +43,13 @@ macro_rules! modes {
                 }
             }
 
+            /// See [`ModeDriver::STEPS`].
+            pub fn steps(self) -> &'static [&'static dyn Step] {
+                match self {
+                    $(Mode::$mode => <$driver as ModeDriver>::STEPS,)+
+                }
+            }
+
             /// See [`ModeDriver::netns_mode_needed`].
             pub fn netns_mode_needed(self, rdma: RdmaConf) -> Option<NetnsMode> {
                 match self {
@@ -141,17 +148,11 @@ macro_rules! modes {
                 }
             }
 
-            /// CHECK of `att` (whose state this is) by its mode.
-            pub fn check(
-                &self,
-                ctx: &Ctx<'_>,
-                req: &Request,
-                att: &Attachment,
-                ns: &Netns,
-            ) -> Result<()> {
+            /// CHECK of `subject` (whose state this is) by its mode: the pod interface it checked.
+            pub fn check(&self, ctx: &Ctx<'_>, subject: &CheckSubject<'_>) -> Result<Option<Link>> {
                 match self {
                     $(ModeState::$mode(state) => {
-                        <$driver as ModeDriver>::check(ctx, req, att, ns, state)
+                        <$driver as ModeDriver>::check(ctx, subject, state)
                     })+
                 }
             }
@@ -165,7 +166,7 @@ macro_rules! modes {
             ) -> Result<()> {
                 match self {
                     $(ModeState::$mode(state) => {
-                        <$driver as ModeDriver>::release(ctx, netns, att, state)
+                        <$driver as ModeDriver>::release(ctx, &Release { att, state, netns })
                     })+
                 }
             }

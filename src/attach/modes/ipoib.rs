@@ -5,8 +5,13 @@
 use serde::de::{Deserializer, Visitor};
 use serde::Deserialize;
 
+use crate::attach::addresses::Addresses;
+use crate::attach::device_info::DeviceInfoFile;
+use crate::attach::gids::GidWait;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::child::{ChildKind, ChildMode, ChildPlan, ARPHRD_INFINIBAND};
+use crate::attach::permissions::Permissions;
+use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
 use crate::kernel::{Link, LinkKind};
@@ -50,6 +55,8 @@ impl ChildMode for Ipoib {
     const NAME: &'static str = "ipoib";
     const KIND: ChildKind = ChildKind::Ipoib;
     const EXAMPLE_PARENT: &'static str = "ib0";
+    const STEPS: &'static [&'static dyn Step] =
+        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
     type Settings = IpoibConf;
 
     fn settings(conf: &NetConf) -> Result<IpoibConf> {

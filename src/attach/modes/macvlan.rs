@@ -4,10 +4,15 @@
 
 use serde::Deserialize;
 
+use crate::attach::addresses::Addresses;
+use crate::attach::device_info::DeviceInfoFile;
+use crate::attach::gids::GidWait;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::child::{
     ChildKind, ChildMode, ChildPlan, ARPHRD_ETHER, ARPHRD_INFINIBAND,
 };
+use crate::attach::permissions::Permissions;
+use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
 use crate::kernel::{format_hwaddr, parse_hwaddr, Link, LinkKind, MacvlanMode};
@@ -36,6 +41,8 @@ impl ChildMode for Macvlan {
     const NAME: &'static str = "macvlan";
     const KIND: ChildKind = ChildKind::Macvlan;
     const EXAMPLE_PARENT: &'static str = "ens1f0np0";
+    const STEPS: &'static [&'static dyn Step] =
+        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
     type Settings = MacvlanConf;
 
     fn settings(conf: &NetConf) -> Result<MacvlanConf> {

@@ -36,12 +36,13 @@ use crate::attach::config::{AddConf, PluginConf};
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::record::{Attachment, ModeRecord, ModeWire, RecordMismatch};
 use crate::attach::select::DeviceId;
+use crate::attach::steps::{CheckSubject, Step};
 use crate::attach::Ctx;
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::Netns;
+use crate::kernel::Link;
 
 /// One mode: its types (settings, what ADD selects, what it records) and its commands. Nothing
 /// outside its file names them but the list above.
@@ -53,6 +54,10 @@ pub trait ModeDriver: Sized + 'static {
     /// other attachments can ask for (a moved netdev, a VF's ib device); a child is its
     /// attachment's alone.
     const LOCKS_DEVICE: bool;
+
+    /// The shared steps ADD runs once the mode's device is in the pod, in order (steps.rs);
+    /// CHECK checks them and DEL releases them in the same order.
+    const STEPS: &'static [&'static dyn Step];
 
     /// The conf fields only this mode reads, parsed for every command.
     type Settings: std::fmt::Debug + Clone + PartialEq + Eq;
@@ -72,23 +77,16 @@ pub trait ModeDriver: Sized + 'static {
 
     fn add(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Self>) -> Result<CniResult>;
 
-    /// CHECK of the recorded attachment `att` (whose state is `state`) in its pod netns `ns`.
+    /// CHECK of the recorded attachment (whose state is `state`) in its pod netns: what the
+    /// mode made, before the steps' CHECKs; returns the pod interface it checked, if it made one.
     fn check(
         ctx: &Ctx<'_>,
-        req: &Request,
-        att: &Attachment,
-        ns: &Netns,
+        subject: &CheckSubject<'_>,
         state: &Self::State,
-    ) -> Result<()>;
+    ) -> Result<Option<Link>>;
 
-    /// Takes back the kernel side of `att`. `netns` is the pod netns DEL was given; None (GC,
-    /// or an empty CNI_NETNS) means the recorded one, if it is still that netns.
-    fn release(
-        ctx: &Ctx<'_>,
-        netns: Option<&Path>,
-        att: &Attachment,
-        state: &Self::State,
-    ) -> Result<()>;
+    /// Takes back the kernel side of a recorded attachment, wherever it is now.
+    fn release(ctx: &Ctx<'_>, release: &Release<'_, Self::State>) -> Result<()>;
 
     /// The state from the mode's fields of a record; a field it always writes and the record
     /// lacks is a mismatch.
@@ -107,6 +105,16 @@ pub struct ModeAdd<'a, M: ModeDriver> {
     pub target: M::Target,
 }
 
+/// What DEL and GC give a mode's release.
+pub struct Release<'a, S> {
+    pub att: &'a Attachment,
+    /// The attachment's state, of the mode releasing it.
+    pub state: &'a S,
+    /// The pod netns DEL was given; None (GC, or an empty CNI_NETNS) means the recorded one, if
+    /// it is still that netns.
+    pub netns: Option<&'a Path>,
+}
+
 /// ADD in mode `M`: its configuration read (the device plugin's ID, then what `M` selects by,
 /// then the rest), then `M`'s ADD.
 fn add<M: ModeDriver>(
@@ -117,7 +125,7 @@ fn add<M: ModeDriver>(
 ) -> Result<CniResult> {
     let device_id = crate::attach::select::device_plugin_id(&req.conf)?;
     let target = M::target(req, device_id.as_ref())?;
-    let conf = AddConf::from_request(req, pc, device_id)?;
+    let conf = AddConf::from_request(req, pc, device_id, M::STEPS)?;
     M::add(
         ctx,
         req,
@@ -165,20 +173,4 @@ impl<'de> serde::Deserialize<'de> for Mode {
         let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
         Mode::from_name(&name).ok_or_else(|| serde::de::Error::unknown_variant(&name, Mode::NAMES))
     }
-}
-
-/// CHECK by the recorded attachment's mode, which must be the conf's: a record of another mode
-/// means the configuration changed under the attachment.
-pub fn check(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
-    let (att, ns) = crate::attach::check::check_subject(ctx, req)?;
-    if att.mode() != pc.mode.kind() {
-        return Err(Error::State(format!(
-            "record {} is of mode {}, but the configuration asks for mode {}: it changed since \
-             ADD",
-            att.id(),
-            att.mode().as_str(),
-            pc.mode.kind().as_str()
-        )));
-    }
-    att.mode_state.check(ctx, req, &att, &ns)
 }

@@ -14,16 +14,19 @@ use std::path::Path;
 
 use ipnetwork::IpNetwork;
 
-use crate::attach::addresses::configure_pod_interface;
-use crate::attach::check::{check_gids, check_ib_device, check_prev_addresses};
-use crate::attach::gids::{wait_for_gids, with_view, GidSource, GidView};
+use crate::attach::addresses::Addresses;
+use crate::attach::check::check_ib_device;
+use crate::attach::device_info::DeviceInfoFile;
+use crate::attach::gids::{GidSource, GidView, GidWait};
 use crate::attach::ib_device::{self, plan_ib_move, RdmaConf, RdmaRecord};
-use crate::attach::modes::{ModeAdd, ModeDriver, ModeState};
+use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
+use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
 use crate::attach::select::{select_host_device, DeviceId, Selector};
+use crate::attach::steps::{CheckSubject, PodSide, Step};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
@@ -43,6 +46,8 @@ pub struct MoveDevice;
 impl ModeDriver for MoveDevice {
     const NAME: &'static str = "move";
     const LOCKS_DEVICE: bool = true;
+    const STEPS: &'static [&'static dyn Step] =
+        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
     type Settings = ();
     type Target = Selector;
     type State = MoveState;
@@ -65,33 +70,43 @@ impl ModeDriver for MoveDevice {
         };
         let key = device_key(&found);
         let _lock = ctx.store.lock_device(&key, add.conf.plugin.lock_timeout)?;
-        let mut add = MoveAdd::decide(ctx, req, add, &netns, &found, key)?;
-        let result = crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))?;
-        crate::log_info!(
+        let add = MoveAdd::decide(ctx, req, add, &netns, &found, key)?;
+        let moved = format!(
             "moved {} into {} as {}",
-            add.host.name,
-            add.att.netns,
-            add.att.ifname
+            add.host.name, add.att.netns, add.att.ifname
         );
+        let result = crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))?;
+        crate::log_info!("{moved}");
         Ok(result)
     }
 
-    fn check(
-        ctx: &Ctx<'_>,
-        req: &Request,
-        att: &Attachment,
-        ns: &Netns,
-        state: &MoveState,
-    ) -> Result<()> {
-        check(ctx, req, att, ns, state)
+    /// CHECK: the interface is in the pod with the recorded identity and MTU, and the ib device
+    /// that moved with it (exclusive netns mode) is there with its port ACTIVE.
+    fn check(ctx: &Ctx<'_>, on: &CheckSubject<'_>, state: &MoveState) -> Result<Option<Link>> {
+        let ifname = &on.req.env.ifname;
+        let link = crate::attach::check::check_pod_link(ctx, on.req, on.ns)?;
+        if !same_device(&link, &state.host) {
+            return Err(Error::CheckFailed(format!(
+                "{ifname} in the pod has hwaddr {}, expected {} (host device {})",
+                link.hwaddr_string(),
+                state.host.hwaddr,
+                state.host.name
+            )));
+        }
+        if let Some(mtu) = state.pod_interface.mtu.filter(|&m| m != link.mtu) {
+            return Err(Error::CheckFailed(format!(
+                "{ifname} in the pod has MTU {}, expected {mtu}",
+                link.mtu
+            )));
+        }
+        if let Some(rec) = &state.rdma {
+            check_ib_device(ctx.rdma, on.ns, rec)?;
+        }
+        Ok(Some(link))
     }
 
-    fn release(
-        ctx: &Ctx<'_>,
-        netns: Option<&Path>,
-        att: &Attachment,
-        state: &MoveState,
-    ) -> Result<()> {
+    fn release(ctx: &Ctx<'_>, release: &Release<'_, MoveState>) -> Result<()> {
+        let Release { att, state, netns } = *release;
         release_device(ctx.kernel, ctx.rdma, netns, att, state)
     }
 
@@ -141,11 +156,7 @@ impl ModeRecord for MoveState {
     }
 
     fn host_side(&self) -> HostSide<'_> {
-        HostSide {
-            name: Some(&self.host.name),
-            hwaddr: Some(&self.host.hwaddr),
-            pci: self.host.pci.as_deref(),
-        }
+        self.host.side()
     }
 
     fn listed_device(&self) -> String {
@@ -175,10 +186,11 @@ struct MoveAdd<'a> {
     /// The ib device that moves along (exclusive netns mode), if any (recorded for DEL).
     ib: Option<RdmaRecord>,
     host_addresses: Vec<IpNetwork>,
-    /// Where the pod IPs' RoCE GIDs will show (empty: none to wait for).
-    roce_ports: Vec<(String, u32)>,
-    /// The ib devices whose char devices `devicePermissions` covers.
-    perm_ibdevs: Vec<String>,
+    /// Where the pod IPs' RoCE GIDs will show, if anywhere.
+    gids: Option<GidSource>,
+    /// The pod's ib devices, read while the netdev is still in the host's /sys/class/net (only
+    /// when a step reads them).
+    ib_devices: Vec<String>,
     att: Attachment,
 }
 
@@ -203,11 +215,10 @@ impl<'a> MoveAdd<'a> {
             .kernel_ctx(|| format!("reading addresses of {}", dev.name))?;
         let host = host_record(&dev, &add.target, &host_addresses);
         let gids = gid_source(ctx.sys, ib.as_ref(), rdma, &dev)?;
-        // Read while the netdev is still in the host's /sys/class/net.
-        let perm_ibdevs = match (&ib, &add.conf.permissions) {
-            (_, None) => Vec::new(),
-            (Some(rec), Some(_)) => vec![rec.ibdev.clone()],
-            (None, Some(_)) => ib_device_names(ctx.sys, &dev.name)?,
+        let ib_devices = match (&ib, add.conf.reads_ib_devices()) {
+            (_, false) => Vec::new(),
+            (Some(rec), true) => vec![rec.ibdev.clone()],
+            (None, true) => ib_device_names(ctx.sys, &dev.name)?,
         };
         let state = MoveState {
             host: host.clone(),
@@ -217,7 +228,7 @@ impl<'a> MoveAdd<'a> {
                 ..PodInterface::default()
             },
         };
-        let device_id = add.conf.device_id.as_ref().map(|id| id.value.clone());
+        let device_id = add.conf.recorded_device_id();
         let mode_state = ModeState::of::<MoveDevice>(state);
         Ok(MoveAdd {
             ctx,
@@ -228,53 +239,27 @@ impl<'a> MoveAdd<'a> {
             host,
             ib,
             host_addresses,
-            roce_ports: gids.map(|g| g.ports).unwrap_or_default(),
-            perm_ibdevs,
+            gids,
+            ib_devices,
             att: Attachment::adding(req, netns, key, mode_state, device_id),
         })
     }
 
-    fn run(&mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
-        let (ctx, req, netns) = (self.ctx, self.req, self.netns);
+    fn run(mut self, plan: &mut Plan<'a>) -> Result<CniResult> {
+        let (ctx, req) = (self.ctx, self.req);
         // IPAM ADD (an exec of the IPAM plugin) runs beside the intent record and the moves: the
         // move waits in the kernel (an RCU barrier under RTNL) long enough to hide most of it.
         let ((), ipam) = crate::attach::lifecycle::add_beside_ipam(ctx, req, plan, |plan| {
             self.intent_and_moves(plan)
         })?;
         let pod_link = self.pod_link()?;
-        crate::attach::permissions::apply_permissions(
-            ctx,
-            self.conf.permissions.as_ref(),
-            &mut self.att,
-            &self.perm_ibdevs,
-            plan,
-        )?;
         let result = ipam.unwrap_or_default();
-        configure_pod_interface(
-            ctx.kernel,
-            netns,
-            pod_link.index,
-            &req.env.ifname,
-            &result,
-            plan,
-        )?;
-        self.record_gids(&result, plan)?;
-        crate::attach::device_info::write_device_info(
-            ctx,
-            self.conf.device_info_file.as_deref(),
-            &mut self.att,
-            &[],
-            plan,
-        )?;
-        crate::attach::lifecycle::finish_add(
-            ctx,
-            req,
-            netns,
-            &mut self.att,
-            &pod_link,
-            result,
-            plan,
-        )
+        let mut pod = PodSide::new(ctx, req, self.conf, self.netns, self.att, result);
+        pod.link = Some(pod_link);
+        // The device-info file names the moved device's PCI function, never ib devices alone.
+        pod.ib_devices = self.ib_devices;
+        pod.gids = self.gids;
+        crate::attach::steps::run(pod, plan)
     }
 
     /// Writes the intent record (durably), then moves the ib device (when it moves) and the
@@ -404,40 +389,6 @@ impl<'a> MoveAdd<'a> {
             .state_mut()
             .expect("MoveAdd::decide records a moved device")
     }
-
-    /// Step `gids`: waits for the kernel to add the pod IPs' RoCE GIDs and records their
-    /// indexes.
-    fn record_gids(&mut self, result: &CniResult, plan: &mut Plan<'a>) -> Result<()> {
-        let gid_view = self.recorded().pod_interface.gid_view;
-        if let (Some(view), false) = (gid_view, result.ips.is_empty()) {
-            let ips: Vec<_> = result.ips.iter().map(|i| i.address.ip()).collect();
-            let ifname = self.req.env.ifname.clone();
-            let timeout = self.conf.plugin.gid_timeout;
-            let roce_ports = &self.roce_ports;
-            let found = with_view(self.ctx.sys, view, self.netns, |sys| {
-                // rxe deletes its ib device when its netdev leaves the host netns
-                // (NETDEV_UNREGISTER): then there is no GID to report. Hardware keeps its ib
-                // device.
-                if roce_ports
-                    .iter()
-                    .all(|(d, _)| !sys.device_exists(format!("class/infiniband/{d}")))
-                {
-                    crate::log_warn!(
-                        "{ifname}: the ib device(s) {roce_ports:?} went away when the netdev \
-                         moved (software RoCE does this); no GID to report"
-                    );
-                    return Ok(Vec::new());
-                }
-                wait_for_gids(sys, roce_ports, &ips, &ifname, timeout)
-            })?;
-            let recorded = &mut self.recorded().pod_interface;
-            if found.is_empty() {
-                recorded.gid_view = None;
-            }
-            recorded.gids = found;
-        }
-        plan.checkpoint("gids")
-    }
 }
 
 /// The device as it is now, re-read under its lock: a concurrent attachment may have moved it
@@ -525,41 +476,6 @@ pub fn ib_device_names(sys: &SysRoot, netdev: &str) -> Result<Vec<String>> {
     names.sort();
     names.dedup();
     Ok(names)
-}
-
-/// CHECK: the interface is in the pod with the recorded identity, MTU and prevResult's
-/// addresses; then IPAM CHECK.
-fn check(
-    ctx: &Ctx<'_>,
-    req: &Request,
-    att: &Attachment,
-    ns: &Netns,
-    state: &MoveState,
-) -> Result<()> {
-    let link = crate::attach::check::check_pod_link(ctx, req, ns)?;
-    if !same_device(&link, &state.host) {
-        return Err(Error::CheckFailed(format!(
-            "{} in the pod has hwaddr {}, expected {} (host device {})",
-            req.env.ifname,
-            link.hwaddr_string(),
-            state.host.hwaddr,
-            state.host.name
-        )));
-    }
-    if let Some(mtu) = state.pod_interface.mtu {
-        if link.mtu != mtu {
-            return Err(Error::CheckFailed(format!(
-                "{} in the pod has MTU {}, expected {mtu}",
-                req.env.ifname, link.mtu
-            )));
-        }
-    }
-    if let Some(rec) = &state.rdma {
-        check_ib_device(ctx.rdma, ns, rec)?;
-    }
-    check_prev_addresses(ctx.kernel, ns, &link, req)?;
-    check_gids(ctx.sys, ns, att)?;
-    ctx.ipam.check(req)
 }
 
 /// ADD found no device: if a live attachment holds a device matching the selector, say who.

@@ -398,7 +398,7 @@ mod chained {
     /// The VF's netdev as the previous plugin left it: `net1` in the pod, on function
     /// 0000:3b:00.2, whose ib device is mlx5_2.
     fn put_vf_netdev_in_pod(w: &World) {
-        w.kernel.state.borrow_mut().links.push((
+        w.put_link(
             NsKey::pod(),
             Link {
                 index: 12,
@@ -408,7 +408,7 @@ mod chained {
                 parent_bus: Some("pci".into()),
                 ..Default::default()
             },
-        ));
+        );
     }
 
     fn prev() -> String {

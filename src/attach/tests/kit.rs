@@ -13,8 +13,8 @@ use ipnetwork::IpNetwork;
 use crate::attach::config::PluginConf;
 use crate::attach::plan::Fault;
 use crate::attach::store::Store;
-use crate::attach::testkit::{Call, FakeIpam, FakeKernel, FakeRdma, POD};
-use crate::attach::{gc, lifecycle, modes, Ctx};
+use crate::attach::testkit::{Call, FakeIpam, FakeKernel, FakeRdma, NsKey, POD};
+use crate::attach::{check, gc, lifecycle, Ctx};
 use crate::cni::env::RawEnv;
 use crate::cni::result::CniResult;
 use crate::cni::{Command, NetConf, Request};
@@ -260,12 +260,17 @@ impl World {
         let ctx = self.ctx(fault);
         match req.env.command {
             Command::Add => pc.mode.add(&ctx, req, &pc).map(Some),
-            Command::Check => modes::check(&ctx, req, &pc).map(|()| None),
+            Command::Check => check::check(&ctx, req, &pc).map(|()| None),
             Command::Del => lifecycle::del(&ctx, req, &pc).map(|()| None),
             Command::Gc => gc::gc(&ctx, req, pc.lock_timeout).map(|()| None),
             Command::Status => crate::attach::status(&ctx, req).map(|()| None),
             Command::Version => unreachable!("VERSION never reaches the plugin"),
         }
+    }
+
+    /// `link` appears in `ns` by no doing of the plugin's: another plugin's netdev, a clash.
+    pub fn put_link(&self, ns: NsKey, link: Link) {
+        self.kernel.state.borrow_mut().links.push((ns, link));
     }
 
     /// Every call into the fake host so far, netdev and ib device alike, in order.

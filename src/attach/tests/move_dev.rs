@@ -284,7 +284,7 @@ fn an_ipam_failure_brings_back_what_moved_beside_it() {
 #[test]
 fn an_ifname_taken_in_the_pod_is_refused_before_anything_moves() {
     let w = world();
-    w.kernel.state.borrow_mut().links.push((
+    w.put_link(
         NsKey::pod(),
         Link {
             index: 3,
@@ -292,7 +292,7 @@ fn an_ifname_taken_in_the_pod_is_refused_before_anything_moves() {
             hwaddr: vec![2, 0, 0, 0, 0, 3],
             ..Default::default()
         },
-    ));
+    );
     let err = w.add(None).unwrap_err();
     assert_eq!(err.code(), 103, "{err}");
     assert!(err.to_string().contains("net1"), "{err}");
@@ -416,7 +416,7 @@ fn a_lingering_altname_is_dropped_before_renaming_back() {
 fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so() {
     let w = world();
     w.add(None).unwrap();
-    w.kernel.state.borrow_mut().links.push((
+    w.put_link(
         NsKey::Host,
         Link {
             index: 40,
@@ -424,7 +424,7 @@ fn del_with_the_name_taken_in_the_host_still_brings_the_device_home_and_says_so(
             hwaddr: vec![2, 0, 0, 0, 0, 40],
             ..Default::default()
         },
-    ));
+    );
     let err = w.run(Command::Del, POD, None).unwrap_err();
     assert_eq!(err.code(), 102, "{err}");
     assert!(err.to_string().contains("rdmans7"), "{err}");
