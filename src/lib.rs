@@ -3,9 +3,11 @@
 //! Layers: [`cni`] speaks the protocol and knows nothing about RDMA; [`attach`] turns a
 //! request into a mode's steps with undo (`attach::modes`, one `ModeDriver` each; the shared
 //! lifecycle and DEL frame in `attach::lifecycle`); [`kernel`] talks to netlink (one transport,
-//! `kernel::netlink`), netns and sysfs and knows nothing about CNI. A new mode goes in
-//! `attach/modes/`, a new selector in `attach/select.rs`, a new netlink request in
-//! `kernel/rtnetlink/request.rs` or `kernel/nldev.rs`.
+//! `kernel::netlink`), netns and sysfs and knows nothing about CNI. A new mode is a file in
+//! `attach/modes/` and its line in the mode list (`attach/modes/mod.rs`), a new selector a variant
+//! in `attach/select.rs`, a step every mode may run a file implementing `attach::steps::Step` and
+//! a line in each mode's `STEPS`, a new netlink request an encoder in `kernel/rtnetlink/request.rs`
+//! or `kernel/nldev.rs`.
 
 pub mod attach;
 pub mod cni;

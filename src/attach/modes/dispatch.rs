@@ -22,11 +22,7 @@ macro_rules! modes {
 
             /// The mode `M` drives.
             pub fn of<M: ModeDriver>() -> Mode {
-                Mode::ALL
-                    .iter()
-                    .copied()
-                    .find(|m| m.as_str() == M::NAME)
-                    .expect("every driver is in the mode list")
+                Mode::from_name(M::NAME).expect("every driver is in the mode list")
             }
 
             /// The name the conf and the records use.

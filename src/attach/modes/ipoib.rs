@@ -56,7 +56,7 @@ impl ChildMode for Ipoib {
     const KIND: ChildKind = ChildKind::Ipoib;
     const EXAMPLE_PARENT: &'static str = "ib0";
     const STEPS: &'static [&'static dyn Step] =
-        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
+        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = IpoibConf;
 
     fn settings(conf: &NetConf) -> Result<IpoibConf> {

@@ -42,7 +42,7 @@ impl ChildMode for Macvlan {
     const KIND: ChildKind = ChildKind::Macvlan;
     const EXAMPLE_PARENT: &'static str = "ens1f0np0";
     const STEPS: &'static [&'static dyn Step] =
-        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
+        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = MacvlanConf;
 
     fn settings(conf: &NetConf) -> Result<MacvlanConf> {

@@ -47,7 +47,7 @@ impl ModeDriver for MoveDevice {
     const NAME: &'static str = "move";
     const LOCKS_DEVICE: bool = true;
     const STEPS: &'static [&'static dyn Step] =
-        &[&Permissions, &Addresses, &GidWait, &DeviceInfoFile];
+        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = ();
     type Target = Selector;
     type State = MoveState;

@@ -548,3 +548,30 @@ fn an_orphan_whose_netns_died_is_released_from_its_record() {
         kill_points::ipam_released(&w.ipam.calls.lock().unwrap(), returned_as);
     }
 }
+
+/// Selectors are ADD's alone: CHECK, DEL and GC work from the record, so a conf whose selector
+/// no longer parses still checks and releases what ADD attached; ADD itself refuses it.
+#[test]
+fn a_broken_selector_stops_add_but_never_check_del_or_gc() {
+    let mut w = world();
+    w.add(None).unwrap();
+    w.fields = r#""deviceID":"0","device":"a/b","mtu":9000"#.into();
+    w.run(Command::Check, POD, None).unwrap();
+    w.run(Command::Del, POD, None).unwrap();
+    let (ns, link) = w.kernel.locate(&MAC).expect("device exists");
+    assert_eq!((ns, link.name.as_str()), (NsKey::Host, "ens1f0v0"));
+    assert!(w
+        .store
+        .load("rdma-net", "c0ffee", "net1")
+        .unwrap()
+        .is_none());
+    w.run(Command::Gc, "", None).unwrap();
+    let e = w.add(None).unwrap_err();
+    assert_eq!(e.code(), 7, "{e}");
+    assert!(e.to_string().contains("\"a/b\""), "{e}");
+    assert_eq!(
+        w.kernel.locate(&MAC).unwrap().0,
+        NsKey::Host,
+        "nothing moved"
+    );
+}
