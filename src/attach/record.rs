@@ -256,6 +256,22 @@ impl ModeWire {
         }
     }
 
+    /// Mode `mode`'s own field `key` (see `own`), decoded; None when the record has none.
+    pub fn own_field<T: serde::de::DeserializeOwned>(
+        &self,
+        mode: &'static str,
+        key: &str,
+    ) -> std::result::Result<Option<T>, RecordMismatch> {
+        self.own
+            .get(key)
+            .map(|v| serde_json::from_value(v.clone()))
+            .transpose()
+            .map_err(|e| RecordMismatch::Own {
+                mode,
+                error: format!("`{key}`: {e}"),
+            })
+    }
+
     /// The pod interface's fields, taken out.
     pub fn take_pod_interface(&mut self) -> PodInterface {
         PodInterface {
@@ -802,8 +818,20 @@ mod tests {
     fn newer_modes_and_steps_record_under_keys_of_their_own() {
         let mut doc = frozen_line("macvlan", "c1:net1.json");
         doc["dummyLink"] = serde_json::json!({"ifindex": 9});
+        doc["dummyPeer"] = serde_json::json!("not a link");
         let wire: RecordWire = serde_json::from_value(doc.clone()).unwrap();
-        assert_eq!(wire.mode_fields.own["dummyLink"]["ifindex"], 9);
+        #[derive(Debug, PartialEq, Deserialize)]
+        struct DummyLink {
+            ifindex: u32,
+        }
+        let own = |key| wire.mode_fields.own_field::<DummyLink>("dummy", key);
+        assert_eq!(own("dummyLink").unwrap(), Some(DummyLink { ifindex: 9 }));
+        assert_eq!(own("rail").unwrap(), None);
+        let e = own("dummyPeer").unwrap_err().to_string();
+        assert!(
+            e.contains("mode \"dummy\"") && e.contains("`dummyPeer`"),
+            "{e}"
+        );
         let text = serde_json::to_string(&wire).unwrap();
         let own = text.find("\"dummyLink\"").unwrap();
         assert!(own > text.find("\"child\"").unwrap(), "{text}");
