@@ -8,7 +8,7 @@ macro_rules! modes {
     ($($(#[$doc:meta])* $mode:ident => $driver:ty,)+) => {
         /// Which mode, without its settings: what the conf's `mode` names, and what records and
         /// messages call it.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum Mode {
             $($(#[$doc])* $mode,)+
         }
