@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ipnetwork::IpNetwork;
 use nix::errno::Errno;
 use rdma_ns::kernel::rtnetlink::RealKernel;
-use rdma_ns::kernel::{
-    Link, LinkChange, LinkKind, MacvlanMode, NetOps, Netns, NewLink, Ns, RouteSpec,
+use rdma_ns::kernel::rtnetlink::{
+    Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
 };
+use rdma_ns::kernel::{Netns, Ns};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 

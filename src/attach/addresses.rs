@@ -8,7 +8,8 @@ use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::{Link, LinkChange, NetOps, Netns, Ns, RouteSpec};
+use crate::kernel::rtnetlink::{Link, LinkChange, NetOps, RouteSpec};
+use crate::kernel::{Netns, Ns};
 
 /// Step `addresses` (checkpoints `addresses`, `up`, `routes`): see [`configure_pod_interface`].
 /// Nothing to release: the addresses and routes go with the interface.

@@ -10,6 +10,7 @@ use crate::cni::Request;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rtnetlink::Link;
 use crate::kernel::{Netns, Ns};
 
 /// CHECK, the same frame for every mode: the record of the attachment, whose mode must be the
@@ -67,7 +68,7 @@ pub fn check_subject(ctx: &Ctx<'_>, req: &Request) -> Result<(Attachment, Netns)
 
 /// CHECK: the pod interface CNI_IFNAME, looked up through netlink inside the pod netns (never the
 /// host's /sys, which shows host devices of the same name); 108 when it is missing.
-pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<crate::kernel::Link> {
+pub fn check_pod_link(ctx: &Ctx<'_>, req: &Request, ns: &Netns) -> Result<Link> {
     ctx.kernel
         .link_by_name(crate::kernel::Ns::Pod(ns), &req.env.ifname)
         .kernel_ctx(|| format!("looking up {} in the pod", req.env.ifname))?

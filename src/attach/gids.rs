@@ -17,9 +17,10 @@ use crate::attach::steps::{CheckSubject, PodSide, Step, StepAdd};
 use crate::attach::Ctx;
 use crate::cni::NetConf;
 use crate::error::{Error, Result};
+use crate::kernel::rtnetlink::Link;
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::{GidType, RdmaSysfs};
-use crate::kernel::{Link, Netns};
+use crate::kernel::Netns;
 
 /// Step `gids`: waits (bounded by `gidTimeoutMs`) for the kernel to add the pod IPs' RoCE GIDs
 /// where the mode said they show, and records their indexes; ADD fails with 121 when one never

@@ -13,9 +13,10 @@ use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rtnetlink::{format_hwaddr, Link, LinkChange, NetOps};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::{format_hwaddr, KernelError, Link, LinkChange, NetOps, Ns};
+use crate::kernel::{KernelError, Ns};
 
 /// Conf `rdma`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -206,7 +207,7 @@ pub fn move_error(rec: &RdmaRecord, to: &str, e: KernelError) -> Error {
 /// address (byte 0 holds flags and bytes 1-3 the QPN, which change when the kernel re-creates
 /// the netdev in another netns).
 pub fn find_ipoib_netdev(k: &dyn NetOps, ns: Ns<'_>, hwaddr: &str) -> Result<Option<Link>> {
-    let want = crate::kernel::parse_hwaddr(hwaddr).unwrap_or_default();
+    let want = crate::kernel::rtnetlink::parse_hwaddr(hwaddr).unwrap_or_default();
     if want.len() != 20 {
         return Ok(None);
     }

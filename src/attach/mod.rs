@@ -21,8 +21,6 @@ pub mod store;
 #[cfg(test)]
 mod fuzz_tests;
 #[cfg(test)]
-mod testkit;
-#[cfg(test)]
 mod tests;
 
 use std::path::Path;
@@ -31,9 +29,10 @@ use crate::cni::result::CniResult;
 use crate::cni::{Plugin, Request};
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::{RdmaOps, RealRdma};
+use crate::kernel::rtnetlink::NetOps;
 use crate::kernel::rtnetlink::RealKernel;
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::{NetOps, Netns};
+use crate::kernel::Netns;
 
 use config::PluginConf;
 use ipam::{DelegatedIpam, IpamOps};

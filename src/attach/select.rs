@@ -12,8 +12,9 @@ use crate::attach::record::HostSide;
 use crate::cni::NetConf;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
+use crate::kernel::rtnetlink::{format_hwaddr, parse_hwaddr, Link, NetOps};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::{format_hwaddr, parse_hwaddr, Link, NetOps, Ns};
+use crate::kernel::Ns;
 
 /// How the operator (or a device plugin through Multus) named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,8 @@ use crate::attach::Ctx;
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
-use crate::kernel::{Link, Netns};
+use crate::kernel::rtnetlink::Link;
+use crate::kernel::Netns;
 
 /// One step of every mode's ADD once its device is in the pod, with its CHECK and its release.
 pub trait Step: Sync {

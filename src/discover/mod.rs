@@ -32,10 +32,11 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 use serde::Serialize;
 
+use crate::kernel::rtnetlink::{Link, NetOps};
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::pod::PortBrief;
 use crate::kernel::topology::{find_gid, CharDev, GidEntry, LinkLayer, NetdevLink, RdmaSysfs};
-use crate::kernel::{KernelError, Link, NetOps, Netns, Ns};
+use crate::kernel::{KernelError, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
 const ARPHRD_ETHER: u16 = 1;

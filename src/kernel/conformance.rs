@@ -1,5 +1,5 @@
 //! The [`NetOps`] behaviour the attachment steps rely on, written once: unit tests run these
-//! scenarios against the fake kernel (src/attach/testkit.rs) and the root tier against the real
+//! scenarios against the fake host (src/kernel/fake.rs) and the root tier against the real
 //! one (tests/netlink_root.rs), so the fake cannot drift from the kernel unnoticed.
 //!
 //! Each scenario gets a host link to work on (up, with an address, its name free in the pod) and
@@ -8,7 +8,8 @@
 
 use ipnetwork::IpNetwork;
 
-use crate::kernel::{Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, Ns};
+use crate::kernel::rtnetlink::{Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink};
+use crate::kernel::Ns;
 
 type Outcome = Result<(), String>;
 
@@ -135,4 +136,54 @@ pub fn a_taken_name_is_eexist(
         return Err(format!("{before} links in the pod before, {after} after"));
     }
     Ok(())
+}
+
+/// The scenarios against the fake host; tests/netlink_root.rs runs them against the real kernel.
+#[cfg(test)]
+mod tests {
+    use crate::kernel::fake::{FakeKernel, NsKey, POD};
+    use crate::kernel::rtnetlink::Link;
+    use crate::kernel::{Netns, Ns};
+
+    fn nic() -> Link {
+        Link {
+            index: 7,
+            name: "ens1f0v0".into(),
+            mtu: 1500,
+            hwaddr: vec![2, 0, 0, 0, 0, 7],
+            up: true,
+            link_type: 1,
+            ..Default::default()
+        }
+    }
+
+    /// A fake host with the NIC (up, with an address) and a link called `net9` in the pod.
+    fn host() -> FakeKernel {
+        let k = FakeKernel::with_host_links(vec![nic()]);
+        k.state
+            .borrow_mut()
+            .addrs
+            .insert(7, vec!["192.0.2.7/24".parse().unwrap()]);
+        k.state.borrow_mut().links.push((
+            NsKey::pod(),
+            Link {
+                index: 30,
+                name: "net9".into(),
+                hwaddr: vec![2, 0, 0, 0, 0, 30],
+                ..Default::default()
+            },
+        ));
+        k
+    }
+
+    #[test]
+    fn the_fake_kernel_behaves_as_the_scenarios_say() {
+        let ns = Netns::open(std::path::Path::new(POD)).unwrap();
+        let pod = Ns::Pod(&ns);
+        super::a_move_keeps_the_ifindex(&host(), pod, &nic(), "net1").unwrap();
+        super::a_move_flushes_addresses_and_sets_the_link_down(&host(), pod, &nic(), "net1")
+            .unwrap();
+        super::a_rename_that_fails_leaves_the_link_moved(&host(), pod, &nic(), "net9").unwrap();
+        super::a_taken_name_is_eexist(&host(), pod, &nic(), "net9").unwrap();
+    }
 }

@@ -120,7 +120,8 @@ impl KernelView {
 
 impl NetView for KernelView {
     fn addresses(&self, ifname: &str) -> Result<Vec<IpAddr>, String> {
-        use crate::kernel::{NetOps, Ns};
+        use crate::kernel::rtnetlink::NetOps;
+        use crate::kernel::Ns;
         let k = self.route()?;
         let link = k
             .link_by_name(Ns::Host, ifname)
@@ -134,7 +135,8 @@ impl NetView for KernelView {
     }
 
     fn resolve_name(&self, name: &str) -> Option<String> {
-        use crate::kernel::{NetOps, Ns};
+        use crate::kernel::rtnetlink::NetOps;
+        use crate::kernel::Ns;
         self.route()
             .ok()?
             .link_by_name(Ns::Host, name)

@@ -22,8 +22,9 @@ use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rtnetlink::Link;
 use crate::kernel::topology::{IbParent, LinkLayer, RdmaSysfs};
-use crate::kernel::{Link, Netns, Ns};
+use crate::kernel::{Netns, Ns};
 
 /// Mode `rdma`. Its DEL (the shared frame around `release`) moves the ib device back to the
 /// host from a socket inside the pod netns; with the pod netns gone the kernel has already

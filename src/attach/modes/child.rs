@@ -27,7 +27,8 @@ use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::{format_hwaddr, Link, LinkChange, LinkKind, NetOps, Netns, NewLink, Ns};
+use crate::kernel::rtnetlink::{format_hwaddr, Link, LinkChange, LinkKind, NetOps, NewLink};
+use crate::kernel::{Netns, Ns};
 
 /// ARPHRD_INFINIBAND (linux/if_arp.h): the link type of IPoIB netdevs.
 pub const ARPHRD_INFINIBAND: u16 = 32;
@@ -205,8 +206,8 @@ pub struct IpoibRecord {
     pub umcast: Option<u16>,
 }
 
-impl From<crate::kernel::IpoibInfo> for IpoibRecord {
-    fn from(i: crate::kernel::IpoibInfo) -> Self {
+impl From<crate::kernel::rtnetlink::IpoibInfo> for IpoibRecord {
+    fn from(i: crate::kernel::rtnetlink::IpoibInfo) -> Self {
         IpoibRecord {
             pkey: i.pkey,
             mode: i.mode,

@@ -14,7 +14,7 @@ use crate::attach::permissions::Permissions;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
-use crate::kernel::{Link, LinkKind};
+use crate::kernel::rtnetlink::{Link, LinkKind};
 
 /// IPOIB_CM_MTU (ipoib.h): the largest MTU, reachable only in connected mode.
 pub const IPOIB_CM_MTU: u32 = 65520;

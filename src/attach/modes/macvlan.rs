@@ -15,7 +15,7 @@ use crate::attach::permissions::Permissions;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
-use crate::kernel::{format_hwaddr, parse_hwaddr, Link, LinkKind, MacvlanMode};
+use crate::kernel::rtnetlink::{format_hwaddr, parse_hwaddr, Link, LinkKind, MacvlanMode};
 
 pub struct Macvlan;
 

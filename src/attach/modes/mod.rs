@@ -42,7 +42,7 @@ use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::Link;
+use crate::kernel::rtnetlink::Link;
 
 /// One mode: its types (settings, what ADD selects, what it records) and its commands. Nothing
 /// outside its file names them but the list above.

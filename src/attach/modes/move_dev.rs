@@ -33,8 +33,9 @@ use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rtnetlink::{format_hwaddr, Link, LinkChange};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::{format_hwaddr, Link, LinkChange, Netns, Ns};
+use crate::kernel::{Netns, Ns};
 use back::{restore_host_setup, return_ib_device, same_device, same_hwaddr, undo_move};
 
 /// Mode `move`. Its DEL (the shared frame around `release`) brings the device back from the pod

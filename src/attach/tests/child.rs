@@ -6,14 +6,14 @@ use crate::attach::modes::child::{ChildKind, ChildPlan, ChildState};
 use crate::attach::modes::ipoib::{plan_ipoib, IpoibConf, IpoibModeConf, IPOIB_CM_MTU};
 use crate::attach::modes::macvlan::plan_macvlan;
 use crate::attach::modes::ModeConf;
-use crate::attach::testkit::{Call, NsKey, POD};
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
 use crate::cni::result::{CniResult, IpConfig};
 use crate::cni::{Command, NetConf};
+use crate::kernel::fake::{Call, NsKey, POD};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rtnetlink::{Link, LinkKind};
 use crate::kernel::topology::fixtures::SysfsFixture;
-use crate::kernel::{Link, LinkKind};
 use crate::testutil::TempDir;
 
 fn ib_parent(byte0: u8, mtu: u32, up: bool) -> Link {

@@ -4,13 +4,13 @@
 
 use nix::errno::Errno;
 
-use crate::attach::testkit::{Call, NsKey, POD};
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
 use crate::cni::Command;
+use crate::kernel::fake::{Call, NsKey, POD};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rtnetlink::{parse_hwaddr, Link};
 use crate::kernel::topology::fixtures::SysfsFixture;
-use crate::kernel::{parse_hwaddr, Link};
 use crate::testutil::TempDir;
 
 const ROCE_MAC: &str = "0c:42:a1:3b:00:00";

@@ -13,16 +13,17 @@ use ipnetwork::IpNetwork;
 use crate::attach::config::PluginConf;
 use crate::attach::plan::Fault;
 use crate::attach::store::Store;
-use crate::attach::testkit::{Call, FakeIpam, FakeKernel, FakeRdma, NsKey, POD};
+use crate::attach::tests::fake_ipam::FakeIpam;
 use crate::attach::{check, gc, lifecycle, Ctx};
 use crate::cni::env::RawEnv;
 use crate::cni::result::CniResult;
 use crate::cni::{Command, NetConf, Request};
 use crate::error::Result;
+use crate::kernel::fake::{Call, FakeKernel, FakeRdma, NsKey, POD};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rtnetlink::Link;
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::fixtures::SysfsFixture;
-use crate::kernel::Link;
 use crate::testutil::TempDir;
 
 /// Where the char devices are when a test does not make its own: nothing to find there.

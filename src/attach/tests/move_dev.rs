@@ -4,12 +4,12 @@
 use nix::errno::Errno;
 
 use crate::attach::modes::move_dev::MoveState;
-use crate::attach::testkit::{Call, NsKey, POD};
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
 use crate::cni::result::{CniResult, IpConfig, Route};
 use crate::cni::Command;
-use crate::kernel::Link;
+use crate::kernel::fake::{Call, NsKey, POD};
+use crate::kernel::rtnetlink::Link;
 
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x07];
 

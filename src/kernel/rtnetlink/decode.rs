@@ -11,7 +11,7 @@ use netlink_packet_core::NlasIterator;
 use netlink_packet_route::address::AddressHeader;
 use netlink_packet_route::link::{LinkFlags, LinkHeader};
 
-use crate::kernel::Link;
+use super::Link;
 
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(link.pci_address(), Some("0000:3b:00.2"));
         assert_eq!(
             link.ipoib_info(),
-            Some(crate::kernel::IpoibInfo {
+            Some(crate::kernel::rtnetlink::IpoibInfo {
                 pkey: Some(0x8001),
                 mode: Some(1),
                 umcast: Some(0)

@@ -24,7 +24,7 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use crate::kernel::{LinkKind, MacvlanMode, RouteSpec};
+use super::{LinkKind, MacvlanMode, RouteSpec};
 
 /// A message and the NLM_F_* flags it goes out with (NLM_F_REQUEST and, for non-dumps,
 /// NLM_F_ACK are added by [`frame`]).

@@ -424,7 +424,7 @@ fn ipoib_netdev_values_and_its_ib_device() {
     let n = r.netdev("ibp94s0").unwrap().unwrap();
     assert_eq!((n.link_type, n.addr_len, n.dev_port), (32, 20, Some(0)));
     // Bytes 4..20 of the IPoIB address are the port GID.
-    let bytes = crate::kernel::parse_hwaddr(&n.address).unwrap();
+    let bytes = crate::kernel::rtnetlink::parse_hwaddr(&n.address).unwrap();
     let gid = Ipv6Addr::from(<[u8; 16]>::try_from(&bytes[4..20]).unwrap());
     assert_eq!(gid, dev(&fx, "ibp94s0").port(1).unwrap().gids[0].gid);
     assert_eq!(

@@ -12,7 +12,8 @@ use crate::attach::record::{Attachment, HostDevice};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
 use crate::kernel::rdma_ops::RdmaOps;
-use crate::kernel::{format_hwaddr, Link, LinkChange, NetOps, Netns, Ns};
+use crate::kernel::rtnetlink::{format_hwaddr, Link, LinkChange, NetOps};
+use crate::kernel::{Netns, Ns};
 
 /// Brings an ib device back to the host: moved from inside the pod netns when it is there, or
 /// already returned by the kernel when the pod netns died. An IPoIB netdev is re-created by the
@@ -148,7 +149,7 @@ pub(super) fn same_hwaddr(a: &[u8], b: &[u8]) -> bool {
 }
 
 pub(super) fn same_device(link: &Link, host: &HostDevice) -> bool {
-    let recorded = crate::kernel::parse_hwaddr(&host.hwaddr).unwrap_or_default();
+    let recorded = crate::kernel::rtnetlink::parse_hwaddr(&host.hwaddr).unwrap_or_default();
     same_hwaddr(&link.hwaddr, &recorded)
         || host.perm_hwaddr.is_some()
             && link.perm_hwaddr.as_deref().map(format_hwaddr) == host.perm_hwaddr

@@ -1,28 +1,27 @@
-//! A fake host for unit tests of the attachment steps: one [`FakeState`] behind two seams,
-//! [`FakeKernel`] (`NetOps`) and [`FakeRdma`] (`RdmaOps`), plus a fake IPAM.
+//! The fake host of the unit tests: one [`FakeState`] behind both kernel seams, [`FakeKernel`]
+//! ([`NetOps`]) and [`FakeRdma`] ([`RdmaOps`]).
 //!
 //! The fake keeps links and ib devices per namespace and mimics the kernel behaviour the steps
 //! depend on: a netns move keeps the ifindex, flushes addresses and sets the link down; a name
 //! (or altname) already used in the target netns gives EEXIST; an IPoIB netdev is re-created in
-//! the target netns when its ib device moves. Every call of either seam is recorded as a typed
-//! [`Call`] in one sequence, so a test can check the order of netdev and ib device operations,
-//! and any call matching a predicate given to [`FakeKernel::fail_when`] fails with its errno.
+//! the target netns when its ib device moves. The scenarios of `conformance.rs` hold it to the
+//! real kernel's behaviour. Every call of either seam is recorded as a typed [`Call`] in one
+//! sequence, so a test can check the order of netdev and ib device operations, and any call
+//! matching a predicate given to [`FakeKernel::fail_when`] fails with its errno.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
-use std::sync::Mutex;
 
 use ipnetwork::IpNetwork;
 
-use crate::attach::IpamOps;
-use crate::cni::result::CniResult;
-use crate::cni::{Command, Request};
-use crate::error::{Error, Result};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
-use crate::kernel::{KResult, KernelError, Link, LinkChange, NetOps, NewLink, Ns, RouteSpec};
+use crate::kernel::rtnetlink::{
+    Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
+};
+use crate::kernel::{KResult, KernelError, Ns};
 
 /// Any real netns file works as the pod for the fake: only its path is used, as a key.
 pub const POD: &str = "/proc/self/ns/net";
@@ -580,8 +579,8 @@ impl NetOps for FakeKernel {
         let index = st.links.iter().map(|(_, l)| l.index).max().unwrap_or(0) + 1;
         // A passthru macvlan takes its lower device's address, as the kernel's does.
         let inherited = match spec.kind {
-            crate::kernel::LinkKind::Macvlan {
-                mode: crate::kernel::MacvlanMode::Passthru,
+            LinkKind::Macvlan {
+                mode: MacvlanMode::Passthru,
             } => st
                 .links
                 .iter()
@@ -624,54 +623,6 @@ impl NetOps for FakeKernel {
         if st.links.len() == before {
             return Err(KernelError::new("delete_link", "", ns, nix::libc::ENODEV));
         }
-        Ok(())
-    }
-}
-
-/// An IPAM that hands out a fixed result and logs the CNI command of each call it got.
-#[derive(Default)]
-pub struct FakeIpam {
-    pub result: Option<CniResult>,
-    pub fail_add: bool,
-    pub fail_del: bool,
-    pub calls: Mutex<Vec<Command>>,
-}
-
-impl IpamOps for FakeIpam {
-    fn add(&self, _req: &Request) -> Result<Option<CniResult>> {
-        self.calls.lock().unwrap().push(Command::Add);
-        if self.fail_add {
-            return Err(Error::Delegated {
-                plugin: "fake".into(),
-                code: 11,
-                msg: "pool exhausted".into(),
-                details: String::new(),
-            });
-        }
-        Ok(self.result.clone())
-    }
-    fn del(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push(Command::Del);
-        if self.fail_del {
-            return Err(Error::Delegated {
-                plugin: "fake".into(),
-                code: 11,
-                msg: "store locked".into(),
-                details: String::new(),
-            });
-        }
-        Ok(())
-    }
-    fn check(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push(Command::Check);
-        Ok(())
-    }
-    fn status(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push(Command::Status);
-        Ok(())
-    }
-    fn gc(&self, _req: &Request) -> Result<()> {
-        self.calls.lock().unwrap().push(Command::Gc);
         Ok(())
     }
 }
