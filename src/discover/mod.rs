@@ -34,8 +34,9 @@ use serde::Serialize;
 
 use crate::kernel::rtnetlink::{Link, NetOps};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::pod::PortBrief;
-use crate::kernel::topology::{find_gid, CharDev, GidEntry, LinkLayer, NetdevLink, RdmaSysfs};
+use crate::kernel::topology::{
+    find_gid, CharDev, GidEntry, LinkLayer, NetdevLink, PortState, RdmaSysfs,
+};
 use crate::kernel::{KernelError, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
@@ -280,7 +281,7 @@ pub fn discover(
     for tie in ports {
         let (dev, port) = (&tie.dev, tie.port);
         let Some(brief) = topo
-            .port_brief(dev, port)
+            .port_state(dev, port)
             .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?
         else {
             continue;
@@ -495,7 +496,7 @@ fn ports_with_link_layer(
         .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
     for port in ports {
         let brief = topo
-            .port_brief(dev, port)
+            .port_state(dev, port)
             .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
         if brief.is_some_and(|b| b.link_layer == layer) {
             matching.push(port);
@@ -517,7 +518,7 @@ fn describe(
     topo: &RdmaSysfs<'_>,
     uverbs: &[CharDev],
     dev_dir: &Path,
-    brief: &PortBrief,
+    brief: &PortState,
     tie: Tie<'_>,
 ) -> Result<Finding, DiscoverError> {
     let Tie {

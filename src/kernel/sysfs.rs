@@ -109,7 +109,8 @@ fn is_plain_relative(p: &Path) -> bool {
     p.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
-fn list_names(dir: &Path) -> io::Result<Vec<String>> {
+/// Entry names of a directory, sorted; an absent directory gives none.
+pub(crate) fn list_names(dir: &Path) -> io::Result<Vec<String>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

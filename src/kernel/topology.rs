@@ -1,6 +1,20 @@
 //! RDMA topology read from sysfs: ib devices, their ports and GID tables, the netdevs and PCI
 //! functions behind them, and their char devices.
 //!
+//! Three clients read it, each with its own cost in mind, and one file serves each:
+//! - this file: what all share, the value types and parsers and the [`RdmaSysfs`] reader core
+//!   (whole ib devices with ports, GIDs and char devices; netdevs; the ports of a netdev's own
+//!   device), with PCI functions in `pci.rs` and char devices in `char_dev.rs`; the attachment
+//!   steps read through these;
+//! - [`pod`]: `rdma-ns env` and the probe, which run at every pod start: one port's state, the
+//!   uverbs devices, a GID-table search that reads an entry's attributes only on a hit;
+//! - [`node`]: the doctor and the exporter: counters, the ports of a metrics scrape read with
+//!   few syscalls, the PCIe port upstream of a function, netdev settings, a netdev's ports found
+//!   through GID tables too.
+//!
+//! `files.rs` is how every reader reads a file (absent values, symlinks, one read(2));
+//! [`fixtures`] builds fake trees for tests.
+//!
 //! Everything goes through [`SysRoot`], so tests point it at a tree built by [`fixtures`].
 //! Layouts and value formats follow `shared/notes/sysfs-layouts.md`; the kernel sources behind
 //! each rule are cited where the rule is applied.
@@ -9,23 +23,28 @@
 //! module reports is the view of that netns: an ib device moved away in exclusive mode vanishes
 //! from `class/infiniband`, while its char devices (untagged classes) stay listed.
 
+mod char_dev;
+mod files;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
+pub mod node;
+mod pci;
 pub mod pod;
 
 use std::fmt;
-use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
+use self::files::{
+    invalid, link_name, list_abs, numeric_entries, numeric_entries_abs, parse_field, plain_name,
+    port_dir, read_opt, read_opt_abs, resolve,
+};
 use super::sysfs::SysRoot;
 
-/// EINVAL: what read(2) of `gid_attrs/{types,ndevs}/N` returns for an empty GID entry, and of
-/// `ndevs/N` for a GID without a netdev (every GID of an IB port). K:drivers/infiniband/core/
-/// sysfs.c `_show_port_gid_attr` keeps -EINVAL "for user space compatibility reasons".
-const EINVAL: i32 = nix::libc::EINVAL;
+pub use self::char_dev::{parse_devnum, CharDev, CharDevKind};
+pub use self::pci::{PciFunction, PcieLink};
 
 /// `<num>: <text>` values such as port `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`) and
 /// `node_type` (`1: CA`); K:drivers/infiniband/core/sysfs.c prints them with `%d: %s`.
@@ -240,6 +259,39 @@ impl IbPort {
     }
 }
 
+/// A port's state, physical state and link layer: what every reader of a port reads, and all
+/// `rdma-ns env` needs of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortState {
+    pub index: u32,
+    pub state: NumberedState,
+    pub phys_state: NumberedState,
+    pub link_layer: LinkLayer,
+}
+
+impl PortState {
+    pub fn is_active(&self) -> bool {
+        self.state.num == NumberedState::PORT_ACTIVE
+    }
+
+    /// Parses the `state` text of `ports/<index>` (`dir`, to name files in errors), then reads
+    /// and parses `phys_state` and `link_layer` through `read`, in that order: a malformed
+    /// `state` is reported before anything else is read.
+    fn parse(
+        dir: &Path,
+        index: u32,
+        state: &str,
+        mut read: impl FnMut(&str) -> io::Result<String>,
+    ) -> io::Result<PortState> {
+        Ok(PortState {
+            index,
+            state: parse_field(&dir.join("state"), state)?,
+            phys_state: parse_field(&dir.join("phys_state"), &read("phys_state")?)?,
+            link_layer: LinkLayer::parse(&read("link_layer")?),
+        })
+    }
+}
+
 /// The GID index for `ip` on `netdev`, preferring RoCE v2: mlx5 installs a v1 and a v2 entry
 /// for each address and only v2 is routable. Entries whose type read failed are skipped.
 pub fn find_gid(gids: &[GidEntry], ip: IpAddr, netdev: &str) -> Option<(u32, GidType)> {
@@ -294,57 +346,6 @@ pub enum IbParent {
     /// `device` link: their dir is /sys/devices/virtual/infiniband/<name>.
     Netdev(String),
     None,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CharDevKind {
-    /// `/dev/infiniband/uverbsN`, class `infiniband_verbs`.
-    Uverbs,
-    /// `/dev/infiniband/umadN`, class `infiniband_mad`, one per port.
-    Umad,
-    /// `/dev/infiniband/issmN`, class `infiniband_mad`, one per port.
-    Issm,
-    /// `/dev/infiniband/rdma_cm`, the misc device of rdma_ucm, shared by all ib devices.
-    RdmaCm,
-}
-
-impl CharDevKind {
-    /// The sysfs name prefix (`uverbs` → `uverbs3`).
-    pub fn prefix(self) -> &'static str {
-        match self {
-            CharDevKind::Uverbs => "uverbs",
-            CharDevKind::Umad => "umad",
-            CharDevKind::Issm => "issm",
-            CharDevKind::RdmaCm => "rdma_cm",
-        }
-    }
-}
-
-/// A char device of the RDMA stack.
-///
-/// Numbers come from an IDA (lowest free), and an exclusive-mode netns move removes and
-/// re-adds every client (K:drivers/infiniband/core/device.c `rdma_dev_change_netns`), so the
-/// N of `uverbsN` can change: devices are always matched through `ibdev`, never by number.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CharDev {
-    pub kind: CharDevKind,
-    /// `uverbs0`, `umad1`, `rdma_cm`.
-    pub name: String,
-    /// The `ibdev` attribute; None for rdma_cm.
-    pub ibdev: Option<String>,
-    /// The `port` attribute of umad/issm.
-    pub port: Option<u32>,
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl CharDev {
-    /// The device node: the RDMA classes' devnode callbacks put every node under
-    /// `/dev/infiniband/` (uverbs_main.c `uverbs_devnode`, user_mad.c `umad_devnode`,
-    /// ucma.c `.nodename = "infiniband/rdma_cm"`).
-    pub fn devnode(&self) -> PathBuf {
-        Path::new("/dev/infiniband").join(&self.name)
-    }
 }
 
 /// An ib device (`class/infiniband/<name>`).
@@ -429,83 +430,6 @@ pub struct SysfsNetdev {
     pub dev_port: Option<u32>,
     /// The parent device; None for virtual netdevs (veth, macvlan, IPoIB children).
     pub device: Option<BusDevice>,
-}
-
-/// A PCIe link as `{current,max}_link_{speed,width}` show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PcieLink {
-    /// Raw speed text: `8.0 GT/s PCIe` (kernels since 5.7 print `pci_speed_string`), `8 GT/s`
-    /// (older), `Unknown` / `Unknown speed`.
-    pub speed: String,
-    /// The speed in MT/s (2.5 GT/s → 2500); None when unknown.
-    pub mts: Option<u32>,
-    /// Lanes (`%u`); None when 0 (no link information, e.g. on VFs).
-    pub width: Option<u32>,
-}
-
-impl PcieLink {
-    fn parse(speed: &str, width: &str) -> PcieLink {
-        PcieLink {
-            speed: speed.to_string(),
-            mts: parse_gts(speed),
-            width: width.trim().parse().ok().filter(|w| *w > 0),
-        }
-    }
-}
-
-/// Parses the leading `<n>[.<d>] GT/s` into MT/s without going through floats.
-fn parse_gts(text: &str) -> Option<u32> {
-    let mut words = text.split_whitespace();
-    let number = words.next()?;
-    if words.next()? != "GT/s" {
-        return None;
-    }
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    let int: u32 = int.parse().ok()?;
-    let mut frac_mts = 0u32;
-    let mut scale = 100u32;
-    for c in frac.chars() {
-        let d = c.to_digit(10)?;
-        frac_mts += d * scale;
-        scale /= 10;
-    }
-    // A speed beyond u32 MT/s is no real link: unknown rather than a debug-build overflow
-    // panic or a wrapped value.
-    int.checked_mul(1000)?.checked_add(frac_mts)
-}
-
-/// A PCI function (`bus/pci/devices/<bdf>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciFunction {
-    pub bdf: String,
-    /// `numa_node` (`%d`); None for -1 (NUMA_NO_NODE) or without CONFIG_NUMA.
-    pub numa_node: Option<u32>,
-    pub current_link: Option<PcieLink>,
-    pub max_link: Option<PcieLink>,
-    /// The bound driver (`driver` link): `mlx5_core`, `vfio-pci`.
-    pub driver: Option<String>,
-    /// For a VF, its PF (`physfn -> ../<PF>`).
-    pub physfn: Option<String>,
-    /// For a PF, its VFs by VF number (`virtfnN -> ../<VF>`).
-    pub virtfns: Vec<(u32, String)>,
-    pub sriov_numvfs: Option<u32>,
-    pub sriov_totalvfs: Option<u32>,
-    /// `net/*` of the function.
-    pub netdevs: Vec<String>,
-    /// `infiniband/*` of the function.
-    pub ib_devices: Vec<String>,
-}
-
-impl PciFunction {
-    /// Whether the link trained slower or narrower than the function itself supports
-    /// (`max_link_*` come from its Link Capabilities register, `current_link_*` from Link
-    /// Status, drivers/pci/pci-sysfs.c); the slot or an upstream port is then the limit.
-    /// None when either side is unknown.
-    pub fn link_degraded(&self) -> Option<bool> {
-        let cur = self.current_link.as_ref()?;
-        let max = self.max_link.as_ref()?;
-        Some(cur.mts? < max.mts? || cur.width? < max.width?)
-    }
 }
 
 /// Reads RDMA topology through a [`SysRoot`].
@@ -597,23 +521,25 @@ impl<'a> RdmaSysfs<'a> {
 
     fn read_port(&self, base: &Path, index: u32, parent: &IbParent) -> io::Result<IbPort> {
         let dir = base.join("ports").join(index.to_string());
-        let state = parse_field(&dir.join("state"), &self.sys.read_attr(dir.join("state"))?)?;
-        let phys_state = parse_field(
-            &dir.join("phys_state"),
-            &self.sys.read_attr(dir.join("phys_state"))?,
+        let PortState {
+            index,
+            state,
+            phys_state,
+            link_layer,
+        } = PortState::parse(
+            &dir,
+            index,
+            &self.sys.read_attr(dir.join("state"))?,
+            |name| self.sys.read_attr(dir.join(name)),
         )?;
-        let link_layer = LinkLayer::parse(&self.sys.read_attr(dir.join("link_layer"))?);
-        let rate = read_opt(self.sys, &dir.join("rate"))?;
-        let gids = self.read_gids(&dir)?;
-        let netdevs = self.port_netdevs(base, index, parent)?;
         Ok(IbPort {
             index,
             state,
             phys_state,
             link_layer,
-            rate,
-            gids,
-            netdevs,
+            rate: read_opt(self.sys, &dir.join("rate"))?,
+            gids: self.read_gids(&dir)?,
+            netdevs: self.port_netdevs(base, index, parent)?,
         })
     }
 
@@ -622,35 +548,50 @@ impl<'a> RdmaSysfs<'a> {
     fn read_gids(&self, port_dir: &Path) -> io::Result<Vec<GidEntry>> {
         let mut out = Vec::new();
         for index in numeric_entries(self.sys, &port_dir.join("gids"))? {
-            let i = index.to_string();
-            let Some(text) = read_opt(self.sys, &port_dir.join("gids").join(&i))? else {
-                continue;
-            };
-            let gid = parse_gid(&text).map_err(|m| invalid(&port_dir.join("gids").join(&i), m))?;
-            if gid.is_unspecified() {
-                continue;
+            if let Some(entry) = self.read_gid_entry(port_dir, index)? {
+                out.push(entry);
             }
-            let attrs = port_dir.join("gid_attrs");
-            let gid_type =
-                read_opt(self.sys, &attrs.join("types").join(&i))?.map(|t| GidType::parse(&t));
-            let ndev = read_opt(self.sys, &attrs.join("ndevs").join(&i))?;
-            out.push(GidEntry {
-                index,
-                gid,
-                gid_type,
-                ndev,
-            });
         }
         Ok(out)
+    }
+
+    /// Entry `index` of a port's GID table, or None when it is empty (the zero GID) or absent.
+    fn read_gid_entry(&self, port_dir: &Path, index: u32) -> io::Result<Option<GidEntry>> {
+        let path = port_dir.join("gids").join(index.to_string());
+        let Some(text) = read_opt(self.sys, &path)? else {
+            return Ok(None);
+        };
+        let gid = parse_gid(&text).map_err(|m| invalid(&path, m))?;
+        if gid.is_unspecified() {
+            return Ok(None);
+        }
+        let (gid_type, ndev) = self.gid_attrs(port_dir, index)?;
+        Ok(Some(GidEntry {
+            index,
+            gid,
+            gid_type,
+            ndev,
+        }))
+    }
+
+    /// `gid_attrs/types/N` and `gid_attrs/ndevs/N` of a GID entry.
+    fn gid_attrs(
+        &self,
+        port_dir: &Path,
+        index: u32,
+    ) -> io::Result<(Option<GidType>, Option<String>)> {
+        let i = index.to_string();
+        let attrs = port_dir.join("gid_attrs");
+        let gid_type =
+            read_opt(self.sys, &attrs.join("types").join(&i))?.map(|t| GidType::parse(&t));
+        let ndev = read_opt(self.sys, &attrs.join("ndevs").join(&i))?;
+        Ok((gid_type, ndev))
     }
 
     /// The GID table of one port.
     pub fn gid_table(&self, ibdev: &str, port: u32) -> io::Result<Vec<GidEntry>> {
         plain_name(ibdev)?;
-        let dir = Path::new("class/infiniband")
-            .join(ibdev)
-            .join("ports")
-            .join(port.to_string());
+        let dir = port_dir(ibdev, port);
         if !self.sys.device_exists(&dir) {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -687,18 +628,11 @@ impl<'a> RdmaSysfs<'a> {
                 let Some(dev) = resolve(&self.sys.path(base.join("device")))? else {
                     return Ok(Vec::new());
                 };
-                let mut out = Vec::new();
-                for n in list_abs(&dev.join("net"))? {
-                    // A netdev without `dev_port` (drivers that never set it) is port 1:
-                    // the kernel's default dev_port is 0.
-                    let dev_port = read_opt_abs(&dev.join("net").join(&n).join("dev_port"))?
-                        .and_then(|v| v.parse::<u32>().ok())
-                        .unwrap_or(0);
-                    if dev_port.checked_add(1) == Some(port) {
-                        out.push(n);
-                    }
-                }
-                Ok(out)
+                Ok(device_netdev_ports(&dev)?
+                    .into_iter()
+                    .filter(|(p, _)| *p == port)
+                    .map(|(_, n)| n)
+                    .collect())
             }
         }
     }
@@ -733,23 +667,11 @@ impl<'a> RdmaSysfs<'a> {
         }))
     }
 
-    /// The ib device ports a netdev belongs to. In order of preference: same parent device
-    /// (PCI function or aux device) with `dev_port` choosing the port; an ib device whose
-    /// `parent` file names it (rxe); else any port whose GID table names it (RoCE upper
-    /// devices). An absent netdev yields none.
-    pub fn ib_ports_for_netdev(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
-        let mut out = self.ib_ports_of_own_device(ifname)?;
-        if !out.is_empty() {
-            return Ok(out);
-        }
-        self.gid_table_ports(ifname, &mut out)?;
-        Ok(out)
-    }
-
     /// The ports a netdev belongs to by its own device (same parent device and `dev_port`) or
-    /// as rxe/siw's `parent`, without the GID-table scan of [`Self::ib_ports_for_netdev`]: the
-    /// scan reads every GID of every port (1024 entries on rxe), which callers that only care
-    /// about a netdev's own ib device need not pay for every non-RDMA netdev.
+    /// as rxe/siw's `parent`, without the GID-table scan of the doctor's
+    /// [`Self::ib_ports_for_netdev`]: the scan reads every GID of every port (1024 entries on
+    /// rxe), which callers that only care about a netdev's own ib device need not pay for every
+    /// non-RDMA netdev.
     pub fn ib_ports_of_own_device(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
         plain_name(ifname)?;
         let base = Path::new("class/net").join(ifname);
@@ -789,30 +711,6 @@ impl<'a> RdmaSysfs<'a> {
         Ok(out)
     }
 
-    fn gid_table_ports(&self, ifname: &str, out: &mut Vec<IbPortRef>) -> io::Result<()> {
-        for ibdev in self.device_names()? {
-            let ports_dir = Path::new("class/infiniband").join(&ibdev).join("ports");
-            for port in numeric_entries(self.sys, &ports_dir)? {
-                let ndevs = ports_dir.join(port.to_string()).join("gid_attrs/ndevs");
-                let mut found = false;
-                for i in numeric_entries(self.sys, &ndevs)? {
-                    if read_opt(self.sys, &ndevs.join(i.to_string()))?.as_deref() == Some(ifname) {
-                        found = true;
-                        break;
-                    }
-                }
-                if found {
-                    out.push(IbPortRef {
-                        ibdev: ibdev.clone(),
-                        port,
-                        via: NetdevLink::GidTable,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Netdevs of an ib device per port, as `(port, netdev)`.
     pub fn netdevs_of_ib_device(&self, ibdev: &str) -> io::Result<Vec<(u32, String)>> {
         let Some(dev) = self.device(ibdev)? else {
@@ -827,394 +725,6 @@ impl<'a> RdmaSysfs<'a> {
             .flat_map(|p| p.netdevs.iter().map(move |n| (p.index, n.clone())))
             .collect())
     }
-
-    /// Every uverbs, umad and issm device, by class listing (`class/infiniband_verbs/*`,
-    /// `class/infiniband_mad/*`; the classes' `abi_version` files are skipped).
-    pub fn char_devices(&self) -> io::Result<Vec<CharDev>> {
-        let mut out = Vec::new();
-        for (class, kinds) in [
-            ("class/infiniband_verbs", &[CharDevKind::Uverbs][..]),
-            (
-                "class/infiniband_mad",
-                &[CharDevKind::Umad, CharDevKind::Issm][..],
-            ),
-        ] {
-            for name in self.sys.list_dir(class)? {
-                let Some(kind) = kinds.iter().copied().find(|k| {
-                    name.strip_prefix(k.prefix())
-                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                }) else {
-                    continue;
-                };
-                let dir = Path::new(class).join(&name);
-                let Some(dev) = read_opt(self.sys, &dir.join("dev"))? else {
-                    continue;
-                };
-                let (major, minor) =
-                    parse_devnum(&dev).map_err(|m| invalid(&dir.join("dev"), m))?;
-                let ibdev = read_opt(self.sys, &dir.join("ibdev"))?;
-                let port = read_opt(self.sys, &dir.join("port"))?
-                    .map(|p| {
-                        p.parse::<u32>()
-                            .map_err(|_| invalid(&dir.join("port"), format!("{p:?}")))
-                    })
-                    .transpose()?;
-                out.push(CharDev {
-                    kind,
-                    name,
-                    ibdev,
-                    port,
-                    major,
-                    minor,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    /// `class/misc/rdma_cm` (loaded with rdma_ucm), or None.
-    pub fn rdma_cm(&self) -> io::Result<Option<CharDev>> {
-        let Some(dev) = read_opt(self.sys, Path::new("class/misc/rdma_cm/dev"))? else {
-            return Ok(None);
-        };
-        let (major, minor) =
-            parse_devnum(&dev).map_err(|m| invalid(Path::new("class/misc/rdma_cm/dev"), m))?;
-        Ok(Some(CharDev {
-            kind: CharDevKind::RdmaCm,
-            name: "rdma_cm".to_string(),
-            ibdev: None,
-            port: None,
-            major,
-            minor,
-        }))
-    }
-
-    /// A PCI function, or None when `bus/pci/devices/<bdf>` does not exist.
-    pub fn pci_function(&self, bdf: &str) -> io::Result<Option<PciFunction>> {
-        plain_name(bdf)?;
-        let Some(dir) = resolve(&self.sys.path(Path::new("bus/pci/devices").join(bdf)))? else {
-            return Ok(None);
-        };
-        let link = |speed: &str, width: &str| -> io::Result<Option<PcieLink>> {
-            match (
-                read_opt_abs(&dir.join(speed))?,
-                read_opt_abs(&dir.join(width))?,
-            ) {
-                (Some(s), Some(w)) => Ok(Some(PcieLink::parse(&s, &w))),
-                _ => Ok(None),
-            }
-        };
-        let numa_node = read_opt_abs(&dir.join("numa_node"))?
-            .and_then(|v| v.parse::<i64>().ok())
-            .and_then(|v| u32::try_from(v).ok());
-        let mut virtfns = Vec::new();
-        for name in list_abs(&dir)? {
-            if let Some(n) = name
-                .strip_prefix("virtfn")
-                .and_then(|n| n.parse::<u32>().ok())
-            {
-                if let Some(target) = link_name(&dir.join(&name))? {
-                    virtfns.push((n, target));
-                }
-            }
-        }
-        virtfns.sort();
-        let num = |attr: &str| -> io::Result<Option<u32>> {
-            Ok(read_opt_abs(&dir.join(attr))?.and_then(|v| v.parse().ok()))
-        };
-        Ok(Some(PciFunction {
-            bdf: bdf.to_string(),
-            numa_node,
-            current_link: link("current_link_speed", "current_link_width")?,
-            max_link: link("max_link_speed", "max_link_width")?,
-            driver: link_name(&dir.join("driver"))?,
-            physfn: link_name(&dir.join("physfn"))?,
-            virtfns,
-            sriov_numvfs: num("sriov_numvfs")?,
-            sriov_totalvfs: num("sriov_totalvfs")?,
-            netdevs: list_abs(&dir.join("net"))?,
-            ib_devices: list_abs(&dir.join("infiniband"))?,
-        }))
-    }
-}
-
-/// Counter files of one directory (`ports/N/counters`, `ports/N/hw_counters`, a device's
-/// `hw_counters`), raw as the kernel prints them: the unit is the counter's own (the PMA data
-/// counters `port_xmit_data`/`port_rcv_data` count 4-octet words, IBA 16.1.3.5).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// `(file name, value)`, sorted by name.
-    pub values: Vec<(String, u64)>,
-    /// Files whose read failed or whose text is not a number, with why: drivers answer
-    /// EINVAL/EOPNOTSUPP for counters the device does not implement, and a VF's PMA counters
-    /// can fail to read.
-    pub unreadable: Vec<(String, String)>,
-}
-
-impl Counters {
-    pub fn get(&self, name: &str) -> Option<u64> {
-        self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
-    }
-}
-
-impl RdmaSysfs<'_> {
-    /// `ports/<port>/counters/*` (the PMA counters; only drivers with `process_mad` have them,
-    /// so rxe has none). An absent directory gives no values.
-    pub fn port_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
-        plain_name(ibdev)?;
-        self.counters_in(
-            &Path::new("class/infiniband")
-                .join(ibdev)
-                .join("ports")
-                .join(port.to_string())
-                .join("counters"),
-        )
-    }
-
-    /// `ports/<port>/hw_counters/*`: the driver's per-port counters (mlx5, rxe), without
-    /// `lifespan`, which is a setting (how long the kernel caches the values, in ms), not a count.
-    pub fn port_hw_counters(&self, ibdev: &str, port: u32) -> io::Result<Counters> {
-        plain_name(ibdev)?;
-        self.counters_in(
-            &Path::new("class/infiniband")
-                .join(ibdev)
-                .join("ports")
-                .join(port.to_string())
-                .join("hw_counters"),
-        )
-    }
-
-    /// `<ibdev>/hw_counters/*`: device-wide driver counters, where the driver has them.
-    pub fn device_hw_counters(&self, ibdev: &str) -> io::Result<Counters> {
-        plain_name(ibdev)?;
-        self.counters_in(
-            &Path::new("class/infiniband")
-                .join(ibdev)
-                .join("hw_counters"),
-        )
-    }
-
-    fn counters_in(&self, rel: &Path) -> io::Result<Counters> {
-        let mut out = Counters::default();
-        let names = self.sys.list_dir(rel)?;
-        if names.is_empty() {
-            return Ok(out);
-        }
-        // Each counter is opened relative to its directory: the full path walks the ib
-        // device's class symlink and a dozen components again for every one of them.
-        let dir = match fs::File::open(self.sys.path(rel)) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(with_path(e, &self.sys.path(rel))),
-        };
-        for name in names {
-            if name == "lifespan" {
-                continue;
-            }
-            match read_number_at(&dir, &name) {
-                Ok(Ok(v)) => out.values.push((name, v)),
-                Ok(Err(text)) => out
-                    .unreadable
-                    .push((name, format!("{text:?} is not a number"))),
-                // A subdirectory is not a counter.
-                Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
-                Err(e) => out.unreadable.push((name, e.to_string())),
-            }
-        }
-        Ok(out)
-    }
-
-    /// The PCI device directly upstream of a function (its bridge or root port: the parent
-    /// directory in the device tree), or None when the parent is a root bus (`pci0000:00`) or
-    /// not a PCI device. Its `max_link_*` is what the slot can do, so a function's link
-    /// compared with both ends tells a slot that limits the card from a link that trained low.
-    pub fn pci_upstream(&self, bdf: &str) -> io::Result<Option<PciFunction>> {
-        plain_name(bdf)?;
-        let Some(dir) = resolve(&self.sys.path(Path::new("bus/pci/devices").join(bdf)))? else {
-            return Ok(None);
-        };
-        let Some(parent) = dir.parent() else {
-            return Ok(None);
-        };
-        if link_name(&parent.join("subsystem"))?.as_deref() != Some("pci") {
-            return Ok(None);
-        }
-        let Some(name) = parent.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            return Ok(None);
-        };
-        self.pci_function(&name)
-    }
-
-    /// A netdev's `mtu`, `operstate` and (IPoIB) `mode`, or None when it is not in `class/net`.
-    pub fn netdev_settings(&self, name: &str) -> io::Result<Option<NetdevSettings>> {
-        plain_name(name)?;
-        let base = Path::new("class/net").join(name);
-        if !self.sys.device_exists(&base) {
-            return Ok(None);
-        }
-        let mtu = read_opt(self.sys, &base.join("mtu"))?
-            .map(|v| {
-                v.parse::<u32>()
-                    .map_err(|_| invalid(&base.join("mtu"), format!("{v:?} is not a number")))
-            })
-            .transpose()?;
-        Ok(Some(NetdevSettings {
-            mtu,
-            operstate: read_opt(self.sys, &base.join("operstate"))?,
-            ipoib_mode: read_opt(self.sys, &base.join("mode"))?,
-        }))
-    }
-}
-
-/// Opens `name` relative to `dir` and reads it with one read(2) into `buf`, returning the
-/// file (for a caller whose buffer filled) and the length read. sysfs hands out an attribute
-/// whole on the first read(2) (the `show` output is produced at once), so a read that does
-/// not fill the buffer has it all; the read to EOF that read_to_string adds would be one more
-/// syscall per attribute.
-fn read_once_at(dir: &fs::File, name: &str, buf: &mut [u8]) -> io::Result<(fs::File, usize)> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::Mode;
-    use std::io::Read;
-    let fd = openat(
-        std::os::fd::AsFd::as_fd(dir),
-        name,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut f = fs::File::from(fd);
-    loop {
-        match f.read(buf) {
-            Ok(n) => return Ok((f, n)),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Reads a small numeric attribute with one read(2) into a stack buffer: a counter file is a
-/// decimal number and a newline, and a scrape reads thousands of them, so the size query and
-/// the heap buffer of `read_to_string` are worth saving. Ok(Err(text)) is a file that is not a
-/// number.
-fn read_number_at(dir: &fs::File, name: &str) -> io::Result<Result<u64, String>> {
-    let mut buf = [0u8; 64];
-    let (_, len) = read_once_at(dir, name, &mut buf)?;
-    if len == buf.len() {
-        return Ok(Err(format!("{}...", String::from_utf8_lossy(&buf))));
-    }
-    let text = String::from_utf8_lossy(&buf[..len]);
-    let text = text.trim();
-    Ok(text.parse::<u64>().map_err(|_| text.to_string()))
-}
-
-/// A port's state as a metrics scrape needs it: what [`IbPort`] has but the GID table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortBrief {
-    pub ibdev: String,
-    pub port: u32,
-    pub state: NumberedState,
-    pub phys_state: NumberedState,
-    pub link_layer: LinkLayer,
-    pub rate: Option<String>,
-    pub netdevs: Vec<String>,
-}
-
-impl RdmaSysfs<'_> {
-    /// Every port of every ib device, read with as few syscalls as the layout allows: each
-    /// device's directory and parent are resolved once, its netdevs' `dev_port` read once, and
-    /// port attributes opened relative to the port's directory. Same values as
-    /// [`RdmaSysfs::devices`] without GIDs and char devices.
-    pub fn ports_brief(&self) -> io::Result<Vec<PortBrief>> {
-        let mut out = Vec::new();
-        for ibdev in self.device_names()? {
-            let base = Path::new("class/infiniband").join(&ibdev);
-            let Some(dir) = resolve(&self.sys.path(&base))? else {
-                continue;
-            };
-            // (dev_port + 1, name) of the netdevs that share the device's parent; rxe's one
-            // netdev is its `parent` file.
-            let netdevs: Vec<(u32, String)> = match resolve(&dir.join("device"))? {
-                Some(parent) => {
-                    let mut v = Vec::new();
-                    for n in list_abs(&parent.join("net"))? {
-                        let dev_port = read_opt_abs(&parent.join("net").join(&n).join("dev_port"))?
-                            .and_then(|p| p.parse::<u32>().ok())
-                            .unwrap_or(0);
-                        if let Some(port) = dev_port.checked_add(1) {
-                            v.push((port, n));
-                        }
-                    }
-                    v
-                }
-                None => read_opt_abs(&dir.join("parent"))?
-                    .filter(|n| !n.is_empty())
-                    .map(|n| vec![(1, n)])
-                    .unwrap_or_default(),
-            };
-            for port in numeric_entries_abs(&dir.join("ports"))? {
-                let pdir = dir.join("ports").join(port.to_string());
-                let pd = match fs::File::open(&pdir) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(with_path(e, &pdir)),
-                };
-                let attr = |name: &str| -> io::Result<Option<String>> {
-                    match read_small_at(&pd, name) {
-                        Ok(t) => Ok(Some(t)),
-                        Err(e) if absent(&e) => Ok(None),
-                        Err(e) => Err(with_path(e, &pdir.join(name))),
-                    }
-                };
-                let need = |name: &str| -> io::Result<String> {
-                    attr(name)?.ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::NotFound,
-                            format!("{}: missing", pdir.join(name).display()),
-                        )
-                    })
-                };
-                out.push(PortBrief {
-                    ibdev: ibdev.clone(),
-                    port,
-                    state: parse_field(&pdir.join("state"), &need("state")?)?,
-                    phys_state: parse_field(&pdir.join("phys_state"), &need("phys_state")?)?,
-                    link_layer: LinkLayer::parse(&need("link_layer")?),
-                    rate: attr("rate")?,
-                    netdevs: netdevs
-                        .iter()
-                        .filter(|(p, _)| *p == port)
-                        .map(|(_, n)| n.clone())
-                        .collect(),
-                });
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A short text attribute opened relative to its directory, read with one read(2) (see
-/// [`read_once_at`]), newline trimmed.
-fn read_small_at(dir: &fs::File, name: &str) -> io::Result<String> {
-    use std::io::Read;
-    let mut buf = [0u8; 256];
-    let (mut f, len) = read_once_at(dir, name, &mut buf)?;
-    if len == buf.len() {
-        let mut rest = String::from_utf8_lossy(&buf).into_owned();
-        f.read_to_string(&mut rest)?;
-        return Ok(rest.trim_end_matches('\n').to_string());
-    }
-    Ok(String::from_utf8_lossy(&buf[..len])
-        .trim_end_matches('\n')
-        .to_string())
-}
-
-/// What [`RdmaSysfs::netdev_settings`] reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetdevSettings {
-    pub mtu: Option<u32>,
-    /// `up`, `down`, `lowerlayerdown`, `unknown`, ...
-    pub operstate: Option<String>,
-    /// An IPoIB parent's or legacy child's `mode`: `datagram` or `connected`.
-    pub ipoib_mode: Option<String>,
 }
 
 /// Parses a sysfs GID: `%pI6` prints eight groups of four hex digits, never compressed.
@@ -1229,114 +739,21 @@ pub fn parse_gid(text: &str) -> Result<Ipv6Addr, String> {
         .map_err(|_| format!("{text:?} is not a sysfs GID"))
 }
 
-/// Parses a `dev` attribute, `major:minor` in decimal (`231:192`).
-pub fn parse_devnum(text: &str) -> Result<(u32, u32), String> {
-    let (a, b) = text
-        .split_once(':')
-        .ok_or_else(|| format!("{text:?} is not major:minor"))?;
-    match (a.parse(), b.parse()) {
-        (Ok(a), Ok(b)) => Ok((a, b)),
-        _ => Err(format!("{text:?} is not major:minor")),
+/// The netdevs under a device directory (`<dev>/net/*`), each with the ib port it belongs to:
+/// `dev_port` counts from 0, ports from 1. A netdev without `dev_port` (drivers that never set
+/// it) is port 1, the kernel's default dev_port being 0; one whose `dev_port` is u32::MAX names
+/// no port.
+fn device_netdev_ports(dev: &Path) -> io::Result<Vec<(u32, String)>> {
+    let mut out = Vec::new();
+    for n in list_abs(&dev.join("net"))? {
+        let dev_port = read_opt_abs(&dev.join("net").join(&n).join("dev_port"))?
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0);
+        if let Some(port) = dev_port.checked_add(1) {
+            out.push((port, n));
+        }
     }
-}
-
-/// Refuses names that would leave their sysfs directory.
-fn plain_name(name: &str) -> io::Result<&str> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name:?} is not a device name"),
-        ));
-    }
-    Ok(name)
-}
-
-fn invalid(path: &Path, msg: impl fmt::Display) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("{}: {msg}", path.display()),
-    )
-}
-
-fn parse_field<T: FromStr<Err = String>>(path: &Path, text: &str) -> io::Result<T> {
-    text.parse().map_err(|m: String| invalid(path, m))
-}
-
-fn with_path(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-/// A missing attribute and one whose read(2) fails with EINVAL both mean "no value": empty GID
-/// entries and IB ports' ndevs answer EINVAL, and fixtures stand for those by leaving the file
-/// out.
-fn absent(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(EINVAL)
-}
-
-fn read_opt(sys: &SysRoot, rel: &Path) -> io::Result<Option<String>> {
-    match sys.read_attr(rel) {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if absent(&e) => Ok(None),
-        Err(e) => Err(with_path(e, &sys.path(rel))),
-    }
-}
-
-fn read_opt_abs(path: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(path) {
-        Ok(v) => Ok(Some(v.trim_end_matches('\n').to_string())),
-        Err(e) if absent(&e) => Ok(None),
-        Err(e) => Err(with_path(e, path)),
-    }
-}
-
-/// Follows a (relative) sysfs symlink to the real directory; None when it does not exist.
-/// The kernel writes these links relative (`device -> ../../../0000:3b:00.0`), so they are
-/// resolved by the OS, never joined by hand.
-fn resolve(path: &Path) -> io::Result<Option<PathBuf>> {
-    match fs::canonicalize(path) {
-        Ok(p) => Ok(Some(p)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(with_path(e, path)),
-    }
-}
-
-/// The last component of a symlink's target (`physfn -> ../0000:3b:00.0` → `0000:3b:00.0`).
-fn link_name(path: &Path) -> io::Result<Option<String>> {
-    match fs::read_link(path) {
-        Ok(t) => Ok(t.file_name().map(|n| n.to_string_lossy().into_owned())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        // Not a symlink: not the link we look for.
-        Err(e) if e.raw_os_error() == Some(EINVAL) => Ok(None),
-        Err(e) => Err(with_path(e, path)),
-    }
-}
-
-fn list_abs(dir: &Path) -> io::Result<Vec<String>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(with_path(e, dir)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        names.push(entry?.file_name().to_string_lossy().into_owned());
-    }
-    names.sort();
-    Ok(names)
-}
-
-fn numeric_entries_abs(dir: &Path) -> io::Result<Vec<u32>> {
-    let mut out: Vec<u32> = list_abs(dir)?
-        .iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    out.sort_unstable();
     Ok(out)
-}
-
-/// Numbered entries of a directory (ports, GID indexes) in numeric order.
-fn numeric_entries(sys: &SysRoot, rel: &Path) -> io::Result<Vec<u32>> {
-    numeric_entries_abs(&sys.path(rel))
 }
 
 /// The device behind a resolved device directory, told apart by its `subsystem` link.

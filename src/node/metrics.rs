@@ -120,7 +120,7 @@ pub fn render(src: &Sources, out: &mut String) {
     let started = std::time::Instant::now();
     let topo = RdmaSysfs::new(&src.sys);
     let mut errors = 0u64;
-    let ports = match topo.ports_brief() {
+    let ports = match topo.port_infos() {
         Ok(p) => p,
         Err(_) => {
             errors += 1;
@@ -180,14 +180,14 @@ pub fn render(src: &Sources, out: &mut String) {
                 Err(_) => errors += 1,
             }
         }
-        let port = p.port.to_string();
-        let layer = match &p.link_layer {
+        let port = p.port.index.to_string();
+        let layer = match &p.port.link_layer {
             LinkLayer::InfiniBand => "InfiniBand",
             LinkLayer::Ethernet => "Ethernet",
             LinkLayer::Other(o) => o.as_str(),
         };
-        let state_text = p.state.to_string();
-        let phys_text = p.phys_state.to_string();
+        let state_text = p.port.state.to_string();
+        let phys_text = p.port.phys_state.to_string();
         info.sample(
             &[
                 ("device", dev),
@@ -204,12 +204,12 @@ pub fn render(src: &Sources, out: &mut String) {
             1,
         );
         let labels = [("device", dev), ("port", port.as_str())];
-        state.sample(&labels, p.state.num);
-        phys.sample(&labels, p.phys_state.num);
+        state.sample(&labels, p.port.state.num);
+        phys.sample(&labels, p.port.phys_state.num);
         if let Some(mbps) = p.rate.as_deref().and_then(super::doctor::rate_mbps) {
             rate.sample(&labels, mbps * 1_000_000);
         }
-        match topo.port_counters(dev, p.port) {
+        match topo.port_counters(dev, p.port.index) {
             Ok(c) => {
                 errors += c.unreadable.len() as u64;
                 for (name, v) in &c.values {
@@ -223,7 +223,7 @@ pub fn render(src: &Sources, out: &mut String) {
             }
             Err(_) => errors += 1,
         }
-        match topo.port_hw_counters(dev, p.port) {
+        match topo.port_hw_counters(dev, p.port.index) {
             Ok(c) => {
                 errors += c.unreadable.len() as u64;
                 for (name, v) in &c.values {

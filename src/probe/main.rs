@@ -162,7 +162,7 @@ fn targets(args: &Args, problems: &mut Vec<String>) -> Result<Vec<Target>, Strin
             .gid_entry(dev, u32::from(args.ib_port), index)
             .map_err(|e| format!("reading GID {index} of {dev}: {e}"))?;
         let brief = topo
-            .port_brief(dev, u32::from(args.ib_port))
+            .port_state(dev, u32::from(args.ib_port))
             .map_err(|e| format!("reading {dev} port {}: {e}", args.ib_port))?
             .ok_or_else(|| format!("{dev} has no port {}", args.ib_port))?;
         return Ok(vec![Target {

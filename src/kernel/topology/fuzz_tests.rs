@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
 use super::fixtures::SysfsFixture;
+use super::pci::parse_gts;
 use super::*;
 use crate::testutil::fuzz;
 

@@ -1,6 +1,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::files::{absent, EINVAL};
 use super::fixtures::SysfsFixture;
+use super::pci::parse_gts;
 use super::*;
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {

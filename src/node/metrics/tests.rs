@@ -271,10 +271,10 @@ fn escaping_is_exactly_backslash_quote_newline() {
 }
 
 #[test]
-fn ports_brief_agrees_with_the_full_topology_reader() {
+fn port_infos_agree_with_the_full_topology_reader() {
     let fx = SysfsFixture::all().unwrap();
     let topo = RdmaSysfs::new(fx.root());
-    let brief = topo.ports_brief().unwrap();
+    let brief = topo.port_infos().unwrap();
     let full: Vec<_> = topo
         .devices()
         .unwrap()
@@ -298,10 +298,10 @@ fn ports_brief_agrees_with_the_full_topology_reader() {
         .map(|p| {
             (
                 p.ibdev,
-                p.port,
-                p.state,
-                p.phys_state,
-                p.link_layer,
+                p.port.index,
+                p.port.state,
+                p.port.phys_state,
+                p.port.link_layer,
                 p.rate,
                 p.netdevs,
             )
