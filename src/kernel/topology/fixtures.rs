@@ -42,6 +42,22 @@ pub struct PciSpec<'a> {
     pub driver: Option<&'a str>,
 }
 
+impl<'a> PciSpec<'a> {
+    /// A VF bound to `driver`. VFs implement no Link Status/Capabilities registers of their
+    /// own (they are RsvdP in the SR-IOV spec), which the kernel prints as an unknown speed and
+    /// width 0. UNCONFIRMED on hardware.
+    pub fn vf(bdf: &'a str, upstream: &'a str, driver: &'a str) -> PciSpec<'a> {
+        PciSpec {
+            bdf,
+            upstream,
+            numa_node: 0,
+            current_link: ("Unknown", 0),
+            max_link: ("Unknown", 0),
+            driver: Some(driver),
+        }
+    }
+}
+
 /// A netdev to create.
 #[derive(Debug, Clone)]
 pub struct NetdevSpec<'a> {
@@ -59,6 +75,29 @@ pub struct NetdevSpec<'a> {
     pub mtu: u32,
     /// Further attributes, e.g. IPoIB's `mode` and `pkey`.
     pub extra: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> NetdevSpec<'a> {
+    /// An Ethernet netdev as most drivers show one: first port (`dev_port` 0), `dev_id` 0x0,
+    /// MTU 1500, no further attributes.
+    pub fn ethernet(
+        name: &'a str,
+        ifindex: u32,
+        parent: Option<&'a Path>,
+        address: &'a str,
+    ) -> NetdevSpec<'a> {
+        NetdevSpec {
+            name,
+            ifindex,
+            parent,
+            link_type: 1,
+            address,
+            dev_port: 0,
+            dev_id: "0x0",
+            mtu: 1500,
+            extra: &[],
+        }
+    }
 }
 
 /// Where an ib device hangs.
@@ -99,6 +138,28 @@ pub struct PortSpec<'a> {
     pub gid_tbl_len: u32,
     pub gids: &'a [GidSpec<'a>],
     pub pkeys: &'a [&'a str],
+}
+
+impl<'a> PortSpec<'a> {
+    /// Port 1, ACTIVE and LinkUp, with no LID (as RoCE ports have) and the default P_Key.
+    pub fn active(
+        link_layer: &'a str,
+        rate: &'a str,
+        gid_tbl_len: u32,
+        gids: &'a [GidSpec<'a>],
+    ) -> PortSpec<'a> {
+        PortSpec {
+            index: 1,
+            state: "4: ACTIVE",
+            phys_state: "5: LinkUp",
+            link_layer,
+            rate,
+            lid: "0x0",
+            gid_tbl_len,
+            gids,
+            pkeys: &["0xffff"],
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -425,69 +486,53 @@ impl SysfsFixture {
 
     /// (a) ConnectX RoCE PF `0000:3b:00.0` with two VFs.
     pub fn mlx5_roce_pf_with_vfs(&self) -> io::Result<()> {
+        let (pf, vf0) = self.add_roce_pf_and_vfs()?;
+        self.add_netdev(&NetdevSpec {
+            extra: &[("phys_port_name", "p0")],
+            ..NetdevSpec::ethernet("ens1f0np0", 4, Some(&pf), "0c:42:a1:3b:00:00")
+        })?;
+        self.add_netdev(&NetdevSpec::ethernet(
+            "ens1f0v0",
+            6,
+            Some(&vf0),
+            "0c:42:a1:3b:00:02",
+        ))?;
+        // A VLAN on the PF: virtual, but mlx5 RoCE adds GIDs for its addresses.
+        self.add_netdev(&NetdevSpec::ethernet(
+            "ens1f0np0.100",
+            7,
+            None,
+            "0c:42:a1:3b:00:00",
+        ))?;
+        self.add_roce_pf_ib_devices(&pf, &vf0)?;
+        // Numbers deliberately differ from the ib device numbers: mlx5_2 gets uverbs1.
+        self.add_ib_char_devs("mlx5_0", Some(&pf), 0, Some(1))?;
+        self.add_ib_char_devs("mlx5_2", Some(&vf0), 1, Some(1))?;
+        self.add_rdma_cm()
+    }
+
+    /// The PCI functions of preset (a): the PF and its VFs `0000:3b:00.2` (mlx5_core) and
+    /// `0000:3b:00.3` (vfio-pci); returns the PF's and the first VF's directories.
+    fn add_roce_pf_and_vfs(&self) -> io::Result<(PathBuf, PathBuf)> {
+        let upstream = "pci0000:3a/0000:3a:00.0";
         let pf = self.add_pci_function(&PciSpec {
             bdf: "0000:3b:00.0",
-            upstream: "pci0000:3a/0000:3a:00.0",
+            upstream,
             numa_node: 0,
             // A x16 Gen4 card trained at Gen3 x8: the case `link_degraded` reports.
             current_link: ("8.0 GT/s PCIe", 8),
             max_link: ("16.0 GT/s PCIe", 16),
             driver: Some("mlx5_core"),
         })?;
-        // VFs implement no Link Status/Capabilities registers of their own (they are RsvdP
-        // in the SR-IOV spec), which the kernel prints as an unknown speed and width 0.
-        // UNCONFIRMED on hardware.
-        let vf0 = self.add_pci_function(&PciSpec {
-            bdf: "0000:3b:00.2",
-            upstream: "pci0000:3a/0000:3a:00.0",
-            numa_node: 0,
-            current_link: ("Unknown", 0),
-            max_link: ("Unknown", 0),
-            driver: Some("mlx5_core"),
-        })?;
-        let vf1 = self.add_pci_function(&PciSpec {
-            bdf: "0000:3b:00.3",
-            upstream: "pci0000:3a/0000:3a:00.0",
-            numa_node: 0,
-            current_link: ("Unknown", 0),
-            max_link: ("Unknown", 0),
-            driver: Some("vfio-pci"),
-        })?;
+        let vf0 = self.add_pci_function(&PciSpec::vf("0000:3b:00.2", upstream, "mlx5_core"))?;
+        let vf1 = self.add_pci_function(&PciSpec::vf("0000:3b:00.3", upstream, "vfio-pci"))?;
         self.add_sriov(&pf, 8, &[&vf0, &vf1])?;
-        self.add_netdev(&NetdevSpec {
-            name: "ens1f0np0",
-            ifindex: 4,
-            parent: Some(&pf),
-            link_type: 1,
-            address: "0c:42:a1:3b:00:00",
-            dev_port: 0,
-            dev_id: "0x0",
-            mtu: 1500,
-            extra: &[("phys_port_name", "p0")],
-        })?;
-        self.add_netdev(&NetdevSpec {
-            name: "ens1f0v0",
-            ifindex: 6,
-            parent: Some(&vf0),
-            link_type: 1,
-            address: "0c:42:a1:3b:00:02",
-            dev_port: 0,
-            dev_id: "0x0",
-            mtu: 1500,
-            extra: &[],
-        })?;
-        // A VLAN on the PF: virtual, but mlx5 RoCE adds GIDs for its addresses.
-        self.add_netdev(&NetdevSpec {
-            name: "ens1f0np0.100",
-            ifindex: 7,
-            parent: None,
-            link_type: 1,
-            address: "0c:42:a1:3b:00:00",
-            dev_port: 0,
-            dev_id: "0x0",
-            mtu: 1500,
-            extra: &[],
-        })?;
+        Ok((pf, vf0))
+    }
+
+    /// The ib devices of preset (a): `mlx5_0` on the PF, with GIDs for the PF's link-local,
+    /// IPv4 and IPv6 addresses and the VLAN's, each as RoCE v1 and v2, and `mlx5_2` on the VF.
+    fn add_roce_pf_ib_devices(&self, pf: &Path, vf0: &Path) -> io::Result<()> {
         let ll = "fe80:0000:0000:0000:0e42:a1ff:fe3b:0000";
         let v4 = "0000:0000:0000:0000:0000:ffff:0a3b:0005"; // 10.59.0.5
         let v6 = "2001:0db8:0000:0000:0000:0000:0000:0005";
@@ -506,52 +551,39 @@ impl SysfsFixture {
         ];
         self.add_ib_device(&IbDeviceSpec {
             name: "mlx5_0",
-            parent: IbParentSpec::Device(&pf),
+            parent: IbParentSpec::Device(pf),
             node_type: "1: CA",
             // mlx5 derives the GUID from the MAC with 03:00 inserted in the middle
             // (MAC 24:8a:07:49:ae:e0 ↔ GUID 248a:0703:0049:aee0 in the notes).
             node_guid: "0c42:a103:003b:0000",
             sys_image_guid: "0c42:a103:003b:0000",
             fw_ver: "16.35.2000",
-            ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "Ethernet",
-                rate: "100 Gb/sec (4X EDR)",
-                lid: "0x0",
-                gid_tbl_len: 16,
-                gids: &pf_gids,
-                pkeys: &["0xffff"],
-            }],
+            ports: &[PortSpec::active(
+                "Ethernet",
+                "100 Gb/sec (4X EDR)",
+                16,
+                &pf_gids,
+            )],
         })?;
         let vf_ll = "fe80:0000:0000:0000:0e42:a1ff:fe3b:0002";
         self.add_ib_device(&IbDeviceSpec {
             name: "mlx5_2",
-            parent: IbParentSpec::Device(&vf0),
+            parent: IbParentSpec::Device(vf0),
             node_type: "1: CA",
             node_guid: "0c42:a103:003b:0002",
             sys_image_guid: "0c42:a103:003b:0000",
             fw_ver: "16.35.2000",
-            ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "Ethernet",
-                rate: "100 Gb/sec (4X EDR)",
-                lid: "0x0",
-                gid_tbl_len: 8,
-                gids: &[
+            ports: &[PortSpec::active(
+                "Ethernet",
+                "100 Gb/sec (4X EDR)",
+                8,
+                &[
                     gid(0, vf_ll, V1, Some("ens1f0v0")),
                     gid(1, vf_ll, V2, Some("ens1f0v0")),
                 ],
-                pkeys: &["0xffff"],
-            }],
+            )],
         })?;
-        // Numbers deliberately differ from the ib device numbers: mlx5_2 gets uverbs1.
-        self.add_ib_char_devs("mlx5_0", Some(&pf), 0, Some(1))?;
-        self.add_ib_char_devs("mlx5_2", Some(&vf0), 1, Some(1))?;
-        self.add_rdma_cm()
+        Ok(())
     }
 
     /// (b) ConnectX IB port with its IPoIB netdev. The ib device and the netdev are both
@@ -588,16 +620,14 @@ impl SysfsFixture {
             sys_image_guid: "043f:7203:00da:2130",
             fw_ver: "20.39.1002",
             ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "InfiniBand",
-                rate: "100 Gb/sec (4X EDR)",
                 lid: "0x1a",
-                gid_tbl_len: 8,
                 // IB GIDs have no netdev: `ndevs/0` answers EINVAL, so it is left out.
-                gids: &[gid(0, "fe80:0000:0000:0000:043f:7203:00da:2130", V1, None)],
-                pkeys: &["0xffff"],
+                ..PortSpec::active(
+                    "InfiniBand",
+                    "100 Gb/sec (4X EDR)",
+                    8,
+                    &[gid(0, "fe80:0000:0000:0000:043f:7203:00da:2130", V1, None)],
+                )
             }],
         })?;
         self.add_ib_char_devs("ibp94s0", Some(&pf), 2, Some(1))?;
@@ -615,32 +645,20 @@ impl SysfsFixture {
             driver: Some("mlx5_core"),
         })?;
         self.add_netdev(&NetdevSpec {
-            name: "enp6s0f0np0",
-            ifindex: 8,
-            parent: Some(&pf),
-            link_type: 1,
-            address: "0c:42:a1:06:00:00",
-            dev_port: 0,
-            dev_id: "0x0",
-            mtu: 1500,
             extra: &[("phys_port_name", "p0")],
+            ..NetdevSpec::ethernet("enp6s0f0np0", 8, Some(&pf), "0c:42:a1:06:00:00")
         })?;
         // Every mlx5 PCI function also carries eth/rdma aux devices (core/dev.c
         // `mlx5_adev_devices`); netdevs and ib devices do not hang under them.
         self.add_aux_device(&pf, "mlx5_core.eth.2", None)?;
         self.add_aux_device(&pf, "mlx5_core.rdma.2", None)?;
         let sf = self.add_aux_device(&pf, "mlx5_core.sf.4", Some(88))?;
-        self.add_netdev(&NetdevSpec {
-            name: "enp6s0f0s88",
-            ifindex: 9,
-            parent: Some(&sf),
-            link_type: 1,
-            address: "7e:3c:5e:00:00:58",
-            dev_port: 0,
-            dev_id: "0x0",
-            mtu: 1500,
-            extra: &[],
-        })?;
+        self.add_netdev(&NetdevSpec::ethernet(
+            "enp6s0f0s88",
+            9,
+            Some(&sf),
+            "7e:3c:5e:00:00:58",
+        ))?;
         let ll = "fe80:0000:0000:0000:7c3c:5eff:fe00:0058";
         self.add_ib_device(&IbDeviceSpec {
             name: "mlx5_3",
@@ -649,20 +667,15 @@ impl SysfsFixture {
             node_guid: "7e3c:5e03:0000:0058",
             sys_image_guid: "0c42:a103:0006:0000",
             fw_ver: "22.36.1010",
-            ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "Ethernet",
-                rate: "25 Gb/sec (1X EDR)",
-                lid: "0x0",
-                gid_tbl_len: 8,
-                gids: &[
+            ports: &[PortSpec::active(
+                "Ethernet",
+                "25 Gb/sec (1X EDR)",
+                8,
+                &[
                     gid(0, ll, V1, Some("enp6s0f0s88")),
                     gid(1, ll, V2, Some("enp6s0f0s88")),
                 ],
-                pkeys: &["0xffff"],
-            }],
+            )],
         })?;
         self.add_ib_char_devs("mlx5_3", Some(&sf), 3, Some(1))?;
         self.add_rdma_cm()
@@ -676,17 +689,7 @@ impl SysfsFixture {
             ("v1", 2, "ee:3a:4b:5c:6d:7e"),
             ("v0", 3, "2a:61:d6:59:e6:10"),
         ] {
-            self.add_netdev(&NetdevSpec {
-                name,
-                ifindex,
-                parent: None,
-                link_type: 1,
-                address,
-                dev_port: 0,
-                dev_id: "0x0",
-                mtu: 1500,
-                extra: &[],
-            })?;
+            self.add_netdev(&NetdevSpec::ethernet(name, ifindex, None, address))?;
         }
         self.add_ib_device(&IbDeviceSpec {
             name: "rxe0",
@@ -695,20 +698,15 @@ impl SysfsFixture {
             node_guid: "2861:d6ff:fe59:e610",
             sys_image_guid: "2861:d6ff:fe59:e610",
             fw_ver: "",
-            ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "Ethernet",
-                rate: "10 Gb/sec (1X FDR10)",
-                lid: "0x0",
-                gid_tbl_len: 16,
-                gids: &[
+            ports: &[PortSpec::active(
+                "Ethernet",
+                "10 Gb/sec (1X FDR10)",
+                16,
+                &[
                     gid(0, "fe80:0000:0000:0000:2861:d6ff:fe59:e610", V2, Some("v0")),
                     gid(1, "0000:0000:0000:0000:0000:ffff:0a09:0005", V2, Some("v0")),
                 ],
-                pkeys: &["0xffff"],
-            }],
+            )],
         })?;
         self.add_ib_char_devs("rxe0", None, 4, Some(2))?;
         self.add_rdma_cm()
