@@ -9,12 +9,21 @@
 use ipnetwork::IpNetwork;
 
 use crate::kernel::rtnetlink::{Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink};
-use crate::kernel::Ns;
+use crate::kernel::{KResult, Ns};
 
 type Outcome = Result<(), String>;
 
 fn find(k: &dyn NetOps, ns: Ns<'_>, index: u32) -> Result<Option<Link>, String> {
     k.link_by_index(ns, index).map_err(|e| e.to_string())
+}
+
+/// A name clash fails with EEXIST; `if_ok` says what went wrong when the request succeeded.
+fn expect_eexist(result: KResult<()>, if_ok: &str) -> Outcome {
+    match result {
+        Ok(()) => Err(if_ok.to_string()),
+        Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => Ok(()),
+        Err(e) => Err(format!("want EEXIST, got {e}")),
+    }
 }
 
 /// A move with a new name and MTU in one request keeps the ifindex, and the link is no longer
@@ -78,22 +87,17 @@ pub fn a_rename_that_fails_leaves_the_link_moved(
     dev: &Link,
     taken_in_pod: &str,
 ) -> Outcome {
-    let err = k
-        .set_link(
-            Ns::Host,
-            dev.index,
-            &LinkChange {
-                netns: Some(pod),
-                name: Some(taken_in_pod.to_string()),
-                mtu: None,
-                up: None,
-            },
-        )
-        .err()
-        .ok_or("a rename to a taken name succeeded")?;
-    if !err.is_errno(nix::errno::Errno::EEXIST) {
-        return Err(format!("want EEXIST, got {err}"));
-    }
+    let rename = k.set_link(
+        Ns::Host,
+        dev.index,
+        &LinkChange {
+            netns: Some(pod),
+            name: Some(taken_in_pod.to_string()),
+            mtu: None,
+            up: None,
+        },
+    );
+    expect_eexist(rename, "a rename to a taken name succeeded")?;
     let moved = find(k, pod, dev.index)?.ok_or("the link did not move before the rename failed")?;
     if moved.name != dev.name {
         return Err(format!(
@@ -112,25 +116,20 @@ pub fn a_taken_name_is_eexist(
     taken_in_pod: &str,
 ) -> Outcome {
     let before = k.links(pod).map_err(|e| e.to_string())?.len();
-    let err = k
-        .create_link(
-            Ns::Host,
-            &NewLink {
-                name: taken_in_pod.to_string(),
-                kind: LinkKind::Macvlan {
-                    mode: MacvlanMode::Bridge,
-                },
-                parent_index: parent.index,
-                target_netns: Some(pod),
-                mtu: None,
-                hwaddr: None,
+    let create = k.create_link(
+        Ns::Host,
+        &NewLink {
+            name: taken_in_pod.to_string(),
+            kind: LinkKind::Macvlan {
+                mode: MacvlanMode::Bridge,
             },
-        )
-        .err()
-        .ok_or("a child was created under a taken name")?;
-    if !err.is_errno(nix::errno::Errno::EEXIST) {
-        return Err(format!("want EEXIST, got {err}"));
-    }
+            parent_index: parent.index,
+            target_netns: Some(pod),
+            mtu: None,
+            hwaddr: None,
+        },
+    );
+    expect_eexist(create, "a child was created under a taken name")?;
     let after = k.links(pod).map_err(|e| e.to_string())?.len();
     if after != before {
         return Err(format!("{before} links in the pod before, {after} after"));
