@@ -6,8 +6,8 @@
 //! `kernel::netlink`), netns and sysfs and knows nothing about CNI. A new mode is a file in
 //! `attach/modes/` and its line in the mode list (`attach/modes/mod.rs`), a new selector a variant
 //! in `attach/select.rs`, a step every mode may run a file implementing `attach::steps::Step` and
-//! a line in each mode's `STEPS`, a new netlink request an encoder in `kernel/rtnetlink/request.rs`
-//! or `kernel/nldev.rs`.
+//! a line in each mode's `STEPS`, a new netlink request its family's files in `kernel/`, the
+//! fake host and the conformance scenarios (see [`kernel`]).
 
 pub mod attach;
 pub mod cni;

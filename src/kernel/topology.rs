@@ -13,7 +13,7 @@
 //!   through GID tables too.
 //!
 //! `files.rs` is how every reader reads a file (absent values, symlinks, one read(2));
-//! [`fixtures`] builds fake trees for tests.
+//! `fixtures.rs` builds fake trees for tests.
 //!
 //! Everything goes through [`SysRoot`], so tests point it at a tree built by [`fixtures`].
 //! Layouts and value formats follow `shared/notes/sysfs-layouts.md`; the kernel sources behind
