@@ -201,73 +201,150 @@ fn log_file_and_data_dir_paths_are_checked() {
         .ok();
 }
 
+/// Whether the process of `/proc/<pid>` runs: an orphan that exited stays a zombie until init
+/// reaps it.
+fn running(proc_dir: &str) -> bool {
+    std::fs::read_to_string(format!("{proc_dir}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// A move-mode ADD whose IPAM plugin writes its lease to `lease_dir` and its pid to `pid_file`.
+struct KilledAdd {
+    veth: Veth,
+    ns: TestNetns,
+    data: DataDir,
+    before: HostView,
+    lease_dir: std::path::PathBuf,
+    pid_file: std::path::PathBuf,
+    conf: serde_json::Value,
+}
+
+impl KilledAdd {
+    fn new(name: &str) -> KilledAdd {
+        let veth = Veth::new();
+        let ns = TestNetns::new();
+        let data = DataDir::new();
+        let before = host_view(&veth.nic);
+        let lease_dir = data.path().join("leases");
+        std::fs::create_dir_all(&lease_dir).unwrap();
+        let pid_file = data.path().join("ipam.pid");
+        let mut conf = move_conf("1.1.0", name, &veth.nic, &data);
+        conf["ipam"] = json!({"type": "cni-test-ipam", "addresses": [{"address": "10.95.0.5/24"}],
+            "leaseDir": lease_dir, "pidFile": pid_file});
+        KilledAdd {
+            veth,
+            ns,
+            data,
+            before,
+            lease_dir,
+            pid_file,
+            conf,
+        }
+    }
+
+    fn call(&self, command: &str) -> Call {
+        Call::new(command, "kipam", &self.ns.path(), "net1")
+    }
+
+    fn leases(&self) -> usize {
+        std::fs::read_dir(&self.lease_dir).unwrap().count()
+    }
+
+    /// The probe: a completed ADD leaves exactly its lease, and DEL removes it.
+    fn probe_leases(&self) {
+        self.call("ADD").run(&self.conf).ok();
+        assert_eq!(self.leases(), 1);
+        self.call("DEL").run(&self.conf).ok();
+        assert_eq!(self.leases(), 0);
+        std::fs::remove_file(&self.pid_file).unwrap();
+    }
+
+    /// ADD SIGKILLed while its IPAM plugin runs; the IPAM plugin's /proc entry, and when it
+    /// started.
+    fn kill_during_ipam(&self) -> (String, std::time::Instant) {
+        let mut add = self.call("ADD").spawn(&self.conf);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Read once written whole: the plugin creates the file, then writes its pid.
+        let pid = loop {
+            match std::fs::read_to_string(&self.pid_file) {
+                Ok(pid) if pid.ends_with('\n') => break pid,
+                _ => assert!(
+                    std::time::Instant::now() < deadline,
+                    "the IPAM plugin never started"
+                ),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let started = std::time::Instant::now();
+        add.kill().unwrap();
+        add.wait().unwrap();
+        (format!("/proc/{}", pid.trim()), started)
+    }
+
+    fn nothing_left(&self) {
+        assert_eq!(self.leases(), 0, "no lease left after DEL");
+        back_in_host(&self.veth.nic, &self.before).unwrap();
+        assert!(self.data.records().is_empty());
+    }
+}
+
 /// The plugin SIGKILLed while its IPAM ADD runs (a runtime timeout, an OOM kill): the IPAM plugin
-/// dies with it, and DEL's IPAM release waits for anything the IPAM plugin left running, so no
-/// allocation outlives the DEL.
+/// is not killed with it (killed mid-allocation, host-local leaves a reservation no DEL can
+/// release) and finishes; DEL's IPAM release waits for it and for anything it left running,
+/// then releases, so no allocation outlives the DEL.
 #[test]
 fn an_ipam_allocation_never_outlives_a_killed_add() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
-    let before = host_view(&veth.nic);
-    let lease_dir = data.path().join("leases");
-    std::fs::create_dir_all(&lease_dir).unwrap();
-    let pid_file = data.path().join("ipam.pid");
-    let mut conf = move_conf("1.1.0", "killipam", &veth.nic, &data);
-    conf["ipam"] = json!({"type": "cni-test-ipam", "addresses": [{"address": "10.95.0.5/24"}],
-        "leaseDir": lease_dir, "pidFile": pid_file});
-
-    // The probe: a completed ADD leaves exactly its lease, and DEL removes it.
-    Call::new("ADD", "kipam", &ns.path(), "net1")
-        .run(&conf)
-        .ok();
-    assert_eq!(std::fs::read_dir(&lease_dir).unwrap().count(), 1);
-    Call::new("DEL", "kipam", &ns.path(), "net1")
-        .run(&conf)
-        .ok();
-    assert_eq!(std::fs::read_dir(&lease_dir).unwrap().count(), 0);
-    std::fs::remove_file(&pid_file).unwrap();
-
-    conf["ipam"]["sleepMs"] = json!({"ADD": 4000});
-    conf["ipam"]["lingerMs"] = json!(1500);
-    let mut add = Call::new("ADD", "kipam", &ns.path(), "net1").spawn(&conf);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !pid_file.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the IPAM plugin never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let ipam_pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    add.kill().unwrap();
-    add.wait().unwrap();
-    let killed_at = std::time::Instant::now();
-    while std::path::Path::new(&format!("/proc/{ipam_pid}")).exists() {
-        assert!(
-            killed_at.elapsed() < std::time::Duration::from_secs(2),
-            "the IPAM plugin {ipam_pid} outlived the killed plugin"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let mut k = KilledAdd::new("killipam");
+    k.probe_leases();
+    k.conf["ipam"]["sleepMs"] = json!({"ADD": 1500});
+    k.conf["ipam"]["lingerMs"] = json!(2000);
+    let (ipam, started) = k.kill_during_ipam();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        running(&ipam),
+        "the IPAM plugin {ipam} died with the killed plugin"
+    );
     for _ in 0..2 {
-        Call::new("DEL", "kipam", &ns.path(), "net1")
-            .run(&conf)
-            .ok();
+        k.call("DEL").run(&k.conf).ok();
     }
     assert!(
-        killed_at.elapsed() >= std::time::Duration::from_millis(1500),
-        "DEL waited for the lingering allocation"
+        started.elapsed() >= std::time::Duration::from_millis(1900),
+        "DEL returned before the IPAM plugin and the allocation it left running ended"
     );
-    std::thread::sleep(std::time::Duration::from_millis(2000));
-    assert_eq!(
-        std::fs::read_dir(&lease_dir).unwrap().count(),
-        0,
-        "no lease left after DEL"
+    assert!(!running(&ipam), "{ipam} outlived DEL");
+    k.nothing_left();
+}
+
+/// An IPAM plugin orphaned by a killed ADD that runs on past `lockTimeoutMs`: DEL waits that
+/// long for it, then fails with code 11 (the runtime retries); the DEL after it ended releases
+/// the allocation it finished.
+#[test]
+fn del_waits_for_an_orphaned_ipam_plugin_no_longer_than_the_lock_timeout() {
+    let mut k = KilledAdd::new("slowipam");
+    k.conf["lockTimeoutMs"] = json!(300);
+    k.probe_leases();
+    k.conf["ipam"]["sleepMs"] = json!({"ADD": 2500});
+    let (ipam, _) = k.kill_during_ipam();
+    let asked = std::time::Instant::now();
+    let msg = k.call("DEL").run(&k.conf).err(11);
+    let waited = asked.elapsed();
+    assert!(msg.contains("300 ms"), "{msg}");
+    assert!(
+        waited >= std::time::Duration::from_millis(300)
+            && waited < std::time::Duration::from_millis(2000),
+        "DEL waited {waited:?}"
     );
-    back_in_host(&veth.nic, &before).unwrap();
-    assert!(data.records().is_empty());
+    assert!(running(&ipam), "{ipam} was stopped");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running(&ipam) {
+        assert!(std::time::Instant::now() < deadline, "{ipam} never ends");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(k.leases(), 1, "the orphan finished its allocation");
+    for _ in 0..2 {
+        k.call("DEL").run(&k.conf).ok();
+    }
+    k.nothing_left();
 }

@@ -49,12 +49,12 @@ pub fn add_beside_ipam<'a, T>(
         // No IPAM plugin to exec.
         (work(plan), ctx.ipam.add(req))
     } else {
-        // The IPAM plugin inherits this lock: if this process is killed, the plugin's own
-        // PR_SET_PDEATHSIG ends it, and any process it left holds the lock until it is gone,
-        // so DEL's IPAM release waits for the last writer of the allocation.
-        // Busy means an IPAM plugin of this same attachment still runs: try again later. A
-        // data dir that cannot hold the lock fails the intent record beside IPAM anyway, with
-        // its own message.
+        // The IPAM plugin inherits this lock and holds it for as long as it (or anything it
+        // started) runs, also when this process is killed: it is not killed with us (see
+        // `cni::ipam::exec`), so it finishes its allocation, and DEL's IPAM release waits for
+        // the lock, then releases what it allocated. Busy means an IPAM plugin of this same
+        // attachment still runs: try again later. A data dir that cannot hold the lock fails
+        // the intent record beside IPAM anyway, with its own message.
         let ipam_lock = match ctx.store.lock_device(
             &ipam_lock_key(req),
             std::time::Duration::from_millis(config::DEFAULT_LOCK_TIMEOUT_MS),
@@ -126,7 +126,9 @@ fn del_beside_ipam<'s>(
     let store = ctx.store;
     std::thread::scope(|scope| {
         // After the IPAM ADD of a killed ADD, if it still runs: it holds this lock (see
-        // `add_beside_ipam`), and a release before it ends could be undone by its allocation.
+        // `add_beside_ipam`), and a release before it ends would leave the allocation it is
+        // making. One that does not end within the lock timeout fails this DEL with code 11,
+        // and the runtime's retry releases it once it is gone.
         let ipam_del = scope.spawn(move || {
             let _ipam = store.lock_device(&ipam_lock_key(req), lock_timeout)?;
             ipam.del(req)

@@ -7,7 +7,6 @@ use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -68,7 +67,8 @@ pub fn find_plugin(ipam_type: &str, dirs: &[PathBuf]) -> Result<PathBuf> {
 
 /// Runs `plugin` for `command` with this process's environment (CNI_COMMAND replaced) and
 /// `stdin`. Ok(None) when it succeeded and printed nothing (DEL, CHECK, STATUS, GC). A plugin
-/// still running after `timeout` is killed and reaped, and that is an error naming both.
+/// still running after `timeout` is killed and reaped, and that is an error naming both. If
+/// this process dies first, the plugin runs on to its own end (see `spawn`).
 pub fn exec(
     plugin: &Path,
     command: Command,
@@ -126,17 +126,12 @@ fn spawn(
 ) -> Result<std::process::Child> {
     let mut attempt = 1;
     loop {
-        let mut cmd = std::process::Command::new(plugin);
-        // The plugin dies with the thread that started it (which waits for it, or kills it at
-        // the timeout): an IPAM ADD left running by a killed rdma-ns could otherwise write its
-        // allocation after DEL released it. Only prctl(2) runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
-        let spawned = cmd
+        // No death signal: a plugin outlives a delegating plugin that is killed, and finishes.
+        // Killed at an arbitrary instant it can corrupt its own store instead (host-local
+        // creates a reservation file, then writes its owner into it; an empty one matches no
+        // owner, so no IPAM DEL ever releases it). Whatever it allocated is left for the
+        // delegating plugin's DEL to release once it is done.
+        let spawned = std::process::Command::new(plugin)
             .envs(vars.iter().map(|(k, v)| (k, v)))
             .env("CNI_COMMAND", command.as_str())
             .stdin(Stdio::piped())
