@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use common::*;
@@ -130,4 +131,125 @@ fn list_and_reconcile_refuse_unknown_arguments() {
         assert_eq!(code, 2, "{args:?}: {out}{err}");
         assert!(out.is_empty() && !err.is_empty(), "{args:?}");
     }
+}
+
+/// The files under the data dir that belong to one attachment (issue 22): temp records left by
+/// a plugin killed mid-write.
+struct AttachmentFiles<'a> {
+    data: &'a DataDir,
+    network: &'a str,
+}
+
+impl AttachmentFiles<'_> {
+    /// What a killed ADD leaves: a temp record of a writer that is gone.
+    fn plant(&self, id: &str) -> Vec<std::path::PathBuf> {
+        let mut gone = Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let dir = std::path::Path::new(&self.data.state()).join(self.network);
+        let temp = dir.join(format!(".{id}:net1.json.tmp-{pid}"));
+        std::fs::write(&temp, b"").unwrap();
+        vec![temp]
+    }
+}
+
+fn all_gone(files: &[std::path::PathBuf], by: &str) {
+    for f in files {
+        assert!(!f.exists(), "{by} left {}", f.display());
+    }
+}
+
+/// A process holding the flock of `path` (as a writer at work does), until dropped.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn new(path: &std::path::Path) -> Holder {
+        // flock(1) and the sleep it runs share the lock: both go, as one process group.
+        let child = Command::new("flock")
+            .arg(path)
+            .args(["sleep", "30"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let free = || {
+            Command::new("flock")
+                .arg("-n")
+                .arg(path)
+                .arg("true")
+                .status()
+                .unwrap()
+                .success()
+        };
+        while free() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        sh(&["kill", "-KILL", "--", &format!("-{}", self.0.id())]);
+        self.0.wait().unwrap();
+    }
+}
+
+#[test]
+fn no_file_outlives_its_attachment() {
+    let data = DataDir::new();
+    let veth = Veth::new();
+    sh(&["ip", "link", "set", &veth.nic, "up"]);
+    let ns = TestNetns::new();
+    let lease_dir = data.path().join("leases");
+    std::fs::create_dir_all(&lease_dir).unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "opsfiles", "type": "rdma-ns",
+        "mode": "macvlan", "master": veth.nic, "dataDir": data.state(),
+        "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.99.0.5/24"}],
+                 "leaseDir": lease_dir}});
+    let files = AttachmentFiles {
+        data: &data,
+        network: "opsfiles",
+    };
+    let call = |command: &str, id: &str| Call::new(command, id, &ns.path(), "net1");
+    call("ADD", "pod0").run(&conf).ok();
+    call("DEL", "pod0").run(&conf).ok();
+
+    // What a killed ADD left goes with the next operation on its attachment, record or not.
+    for command in ["DEL", "CHECK", "ADD"] {
+        let left = files.plant("killed1");
+        assert!(left.iter().all(|f| f.exists()));
+        call(command, "killed1").run(&conf);
+        all_gone(&left, command);
+        if command == "ADD" {
+            call("DEL", "killed1").run(&conf).ok();
+        }
+    }
+
+    // ... and with `rdma-ns list`, `reconcile` (not its dry run) and GC, also what no operation
+    // on its attachment will come for.
+    let left = files.plant("left1");
+    cli(&["list", "--data-dir", &data.state()]);
+    all_gone(&left, "list");
+    let left = files.plant("left2");
+    cli(&["reconcile", "--dry-run", "--data-dir", &data.state()]);
+    assert!(left.iter().all(|f| f.exists()), "a dry run changes nothing");
+    cli(&["reconcile", "--data-dir", &data.state()]);
+    all_gone(&left, "reconcile");
+    let left = files.plant("left3");
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    Call::new("GC", "", "", "").run(&gc).ok();
+    all_gone(&left, "GC");
+
+    // What someone holds (a writer at work, an IPAM plugin still running) stays.
+    let left = files.plant("held1");
+    let holders: Vec<Holder> = left.iter().map(|f| Holder::new(f)).collect();
+    call("DEL", "held1").run(&conf).ok();
+    cli(&["list", "--data-dir", &data.state()]);
+    Call::new("GC", "", "", "").run(&gc).ok();
+    assert!(left.iter().all(|f| f.exists()), "a held file was removed");
+    drop(holders);
+    cli(&["list", "--data-dir", &data.state()]);
+    all_gone(&left, "list once they were free");
+    assert_eq!(leases(&lease_dir), 0);
 }

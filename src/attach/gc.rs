@@ -5,7 +5,8 @@ use crate::cni::Request;
 use crate::error::{Error, Result};
 
 /// GC: release every attachment of this network that the runtime no longer lists as valid,
-/// then let IPAM collect its own garbage. Keeps going on errors and reports them all.
+/// then let IPAM collect its own garbage, then clear what gone attachments left in the data dir
+/// (`Store::sweep`). Keeps going on errors and reports them all.
 pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Result<()> {
     let valid = &req.conf.valid_attachments;
     let (attachments, mut errors) = ctx.store.list(&req.conf.name)?;
@@ -37,5 +38,6 @@ pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Re
     if let Err(e) = ctx.ipam.gc(req) {
         errors.push(e);
     }
+    ctx.store.sweep();
     Error::collect(errors)
 }

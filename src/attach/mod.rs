@@ -9,6 +9,7 @@ pub mod gids;
 pub mod ib_device;
 pub mod ipam;
 pub mod lifecycle;
+mod lock_file;
 pub mod modes;
 pub mod operations;
 pub mod permissions;

@@ -6,6 +6,10 @@
 //!   names and container ids match `[a-zA-Z0-9][a-zA-Z0-9_.-]*` and neither they nor ifnames
 //!   may hold `/` or `:`, so the name is unique and cannot escape the directory (checked again
 //!   here).
+//! - `<network>/.<containerID>:<ifname>.json.tmp-<pid>`: a record being written
+//!   ([`write_atomic`]), locked by its writer until renamed into place. One that no one holds
+//!   was left by a killed writer: the next operation on the attachment and [`Store::sweep`]
+//!   remove it.
 //! - `locks/<device-key>.lock`: flock(2) files serializing attachments that contend for one
 //!   device. Different devices never wait for each other.
 //!
@@ -26,6 +30,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::attach::lock_file;
 use crate::attach::record::{Attachment, Unreadable};
 use crate::error::{Error, Result};
 
@@ -113,6 +118,7 @@ impl Store {
     pub fn save(&self, att: &Attachment) -> Result<()> {
         let path = self.record_path(&att.network, &att.container_id, &att.ifname)?;
         self.ensure_dir(Some(&att.network))?;
+        remove_stale_temps(&path);
         write_atomic(&path, &record_line(att)?, 0o600)
             .map_err(|e| Error::io(format!("writing state file {}", path.display()), e))
     }
@@ -143,6 +149,9 @@ impl Store {
         ifname: &str,
     ) -> Result<Option<Attachment>> {
         let path = self.record_path(network, container_id, ifname)?;
+        // DEL and CHECK start here: a record written by a plugin killed mid-write is theirs
+        // to clear, also when there is no record.
+        remove_stale_temps(&path);
         read_record(&path)
     }
 
@@ -160,6 +169,7 @@ impl Store {
     }
 
     /// Every attachment of `network` (for GC). Unreadable records are reported, not skipped.
+    /// Reading changes nothing (the doctor and the exporter list too): see [`Store::sweep`].
     pub fn list(&self, network: &str) -> Result<(Vec<Attachment>, Vec<Error>)> {
         let dir = self.network_dir(network)?;
         let entries = match fs::read_dir(&dir) {
@@ -172,12 +182,7 @@ impl Store {
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
             let name = entry.file_name();
-            if let Some(pid) = temp_file_pid(&name.to_string_lossy()) {
-                if !pid_alive(pid) {
-                    let _ = fs::remove_file(entry.path());
-                }
-                continue;
-            }
+            // Temp files end in `.tmp-<pid>`.
             if !name.to_string_lossy().ends_with(".json") {
                 continue;
             }
@@ -207,7 +212,7 @@ impl Store {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name == "locks" || !entry.path().is_dir() {
+            if name == LOCKS || !entry.path().is_dir() {
                 continue;
             }
             match self.list(&name) {
@@ -219,6 +224,23 @@ impl Store {
             }
         }
         (all, unreadable)
+    }
+
+    /// Clears what gone attachments left under the data dir: temp files whose writer is gone (a
+    /// plugin killed mid-write) in every network's directory. `rdma-ns list`, `reconcile` and
+    /// GC run it; ADD, DEL and CHECK remove their own.
+    pub fn sweep(&self) {
+        let Ok(networks) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for network in networks.flatten() {
+            if network.file_name() == LOCKS || !network.path().is_dir() {
+                continue;
+            }
+            for entry in fs::read_dir(network.path()).into_iter().flatten().flatten() {
+                remove_stale_temp(&entry.path());
+            }
+        }
     }
 
     /// Checks the data dir is writable: creates and removes a probe file.
@@ -238,7 +260,7 @@ impl Store {
     /// Takes the lock of `device_key`, waiting at most `timeout`; code 11 when it stays busy.
     pub fn lock_device(&self, device_key: &str, timeout: Duration) -> Result<DeviceLock> {
         safe_component("device key", device_key)?;
-        let dir = self.ensure_dir(Some("locks"))?;
+        let dir = self.ensure_dir(Some(LOCKS))?;
         let path = dir.join(bounded_file_name(device_key, ".lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -280,6 +302,9 @@ impl Store {
     }
 }
 
+/// The subdirectory of lock files.
+const LOCKS: &str = "locks";
+
 /// The longest file name written under the data dir: NAME_MAX (255) less what a temp file of
 /// [`write_atomic`] adds (`.`, `.tmp-`, a pid of up to 7 digits).
 const MAX_FILE_NAME: usize = 240;
@@ -305,16 +330,11 @@ fn bounded_file_name(stem: &str, suffix: &str) -> String {
     format!("{}~{hash:016x}{suffix}", &stem[..cut])
 }
 
-/// The pid in a temp file name of [`write_atomic`] (`.<name>.tmp-<pid>`).
-fn temp_file_pid(name: &str) -> Option<i32> {
-    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
-    pid.parse().ok()
-}
-
-fn pid_alive(pid: i32) -> bool {
-    pid == std::process::id() as i32
-        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-            != Err(nix::errno::Errno::ESRCH)
+/// Whether `name` is one of a temp file of [`write_atomic`] (`.<name>.tmp-<pid>`).
+fn is_temp_file_name(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.rsplit_once(".tmp-"))
+        .is_some_and(|(_, pid)| pid.parse::<u32>().is_ok())
 }
 
 /// Temp files of `path` left by writers that are gone (a plugin killed mid-write).
@@ -327,13 +347,23 @@ fn remove_stale_temps(path: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        let entry_name = entry.file_name().to_string_lossy().into_owned();
-        if !entry_name.starts_with(&prefix) {
-            continue;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            remove_stale_temp(&entry.path());
         }
-        if temp_file_pid(&entry_name).is_some_and(|pid| !pid_alive(pid)) {
-            let _ = fs::remove_file(entry.path());
-        }
+    }
+}
+
+/// Removes `path` if it is a temp file of [`write_atomic`] whose writer is gone: no one holds
+/// its lock (see `lock_file`). Its lock, not the pid in its name, tells: a pid means nothing in
+/// another pid namespace (`reconcile` in the installer's container) and names another process
+/// after a reboot.
+fn remove_stale_temp(path: &Path) {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if !is_temp_file_name(&name) {
+        return;
+    }
+    if let Err(e) = lock_file::remove_if_free(path) {
+        crate::log_warn!("removing temp file {}: {e}", path.display());
     }
 }
 
@@ -417,7 +447,8 @@ fn record_line(att: &Attachment) -> Result<Vec<u8>> {
 }
 
 /// Writes `path` atomically: a temp file in the same dir (never through a symlink), fsync,
-/// rename over the target, fsync the directory. A crash leaves the old file or the new one.
+/// rename over the target, fsync the directory. A crash leaves the old file or the new one, and
+/// at most a temp file, which the next operation on the same file removes.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path
@@ -426,17 +457,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<(
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
-        // A temp file left by a killed run with a recycled pid is ours to replace.
-        match fs::remove_file(&tmp) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)?;
+        let mut f = create_locked_temp(&tmp, mode)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -446,6 +467,35 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<(
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// How often a temp file is created anew when a sweeper removed it before it was locked.
+const TEMP_ATTEMPTS: u32 = 3;
+
+/// Creates `tmp` and locks it until the writer is done, so that no sweeper takes it for one
+/// left by a killed writer (see `lock_file`); one that opened it before the lock removes it, and
+/// it is created anew.
+fn create_locked_temp(tmp: &Path, mode: u32) -> io::Result<File> {
+    for _ in 0..TEMP_ATTEMPTS {
+        // A temp file left by a killed run with a recycled pid is ours to replace.
+        match fs::remove_file(tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(tmp)?;
+        if lock_file::try_lock(&f)? && lock_file::still_named(tmp, &f)? {
+            return Ok(f);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!("temp file {} kept being removed", tmp.display()),
+    ))
 }
 
 #[cfg(test)]
@@ -554,6 +604,14 @@ mod tests {
         assert!(lock.is_ok(), "{lock:?}");
     }
 
+    /// A pid no process has any more.
+    fn dead_pid() -> u32 {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        pid
+    }
+
     #[test]
     fn temp_files_of_killed_writers_are_removed_and_live_ones_kept() {
         let tmp = TempDir::new("state-temps");
@@ -561,25 +619,61 @@ mod tests {
         let att = sample();
         store.save(&att).unwrap();
         let dir = tmp.path().join("data/rdma-net");
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let dead = gone.id();
-        gone.wait().unwrap();
         let record = bounded_file_name(&att.container_id, ":net1.json");
-        let stale = dir.join(format!(".{record}.tmp-{dead}"));
-        let live = dir.join(format!(".{record}.tmp-{}", std::process::id()));
-        let other_stale = dir.join(format!(".other:eth1.json.tmp-{dead}"));
+        // The pid in a name tells nothing: a killed writer's may name a live process (a reboot
+        // recycled it), a live writer's may name none here (another pid namespace).
+        let stale = dir.join(format!(".{record}.tmp-{}", std::process::id() + 1));
+        let live = dir.join(format!(".{record}.tmp-{}", dead_pid()));
+        let other_stale = dir.join(format!(".other:eth1.json.tmp-{}", dead_pid()));
         for f in [&stale, &live, &other_stale] {
             fs::write(f, b"{").unwrap();
         }
-        // GC's listing removes every dead writer's temp file and skips them as records.
+        // A writer at work holds its temp file's lock.
+        let writer = File::open(&live).unwrap();
+        assert!(lock_file::try_lock(&writer).unwrap());
+
+        // Listing reads only, and skips them as records.
         let (found, errors) = store.list("rdma-net").unwrap();
         assert_eq!((found.len(), errors.len()), (1, 0));
-        assert!(!other_stale.exists() && !stale.exists());
+        assert!(stale.exists() && other_stale.exists());
+
+        // The next operation on the attachment removes its own.
+        store.load("rdma-net", &att.container_id, "net1").unwrap();
+        assert!(!stale.exists(), "DEL and CHECK remove their record's");
+        assert!(other_stale.exists(), "another attachment's is not theirs");
         assert!(live.exists(), "a running writer's temp file stays");
         fs::write(&stale, b"{").unwrap();
+        store.save(&att).unwrap();
+        assert!(!stale.exists(), "ADD removes its record's");
+        fs::write(&stale, b"{").unwrap();
         store.remove("rdma-net", &att.container_id, "net1").unwrap();
-        assert!(!stale.exists(), "DEL removes its record's stale temp file");
+        assert!(!stale.exists());
+
+        // A sweep removes every network's.
+        store.sweep();
+        assert!(!other_stale.exists());
         assert!(live.exists());
+        drop(writer);
+        store.sweep();
+        assert!(!live.exists(), "its writer gone");
+    }
+
+    #[test]
+    fn a_temp_file_is_locked_while_it_is_written() {
+        let tmp = TempDir::new("state-temp-lock");
+        let path = tmp.path().join("file");
+        let mut f = create_locked_temp(&tmp.path().join(".file.tmp-1"), 0o600).unwrap();
+        assert!(!lock_file::remove_if_free(&tmp.path().join(".file.tmp-1")).unwrap());
+        f.write_all(b"x").unwrap();
+        drop(f);
+        assert!(lock_file::remove_if_free(&tmp.path().join(".file.tmp-1")).unwrap());
+        write_atomic(&path, b"done", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"done");
+        assert_eq!(
+            fs::read_dir(tmp.path()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
     }
 
     #[test]

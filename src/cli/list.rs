@@ -31,7 +31,10 @@ pub fn run(args: &[OsString]) -> ExitCode {
             return super::refuse("list", &e, USAGE, 2);
         }
     }
-    let (entries, unreadable) = operations::list(&Store::new(&data_dir));
+    let store = Store::new(&data_dir);
+    // What gone attachments left goes first (`Store::sweep`).
+    store.sweep();
+    let (entries, unreadable) = operations::list(&store);
     if json {
         let rows: Vec<serde_json::Value> = entries.iter().map(|(a, s)| row_json(a, *s)).collect();
         println!(

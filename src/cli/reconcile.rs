@@ -48,7 +48,12 @@ pub fn run(args: &[OsString]) -> ExitCode {
 /// One pass: every orphan released (or, with `dry_run`, named). Non-zero when any release or
 /// record read failed.
 fn once(data_dir: &std::path::Path, dry_run: bool) -> ExitCode {
-    let (entries, unreadable) = operations::list(&Store::new(data_dir));
+    let store = Store::new(data_dir);
+    if !dry_run {
+        // What gone attachments left goes first (`Store::sweep`).
+        store.sweep();
+    }
+    let (entries, unreadable) = operations::list(&store);
     let mut failed = !unreadable.is_empty();
     for e in &unreadable {
         eprintln!("rdma-ns reconcile: {e}");
