@@ -133,23 +133,48 @@ fn list_and_reconcile_refuse_unknown_arguments() {
     }
 }
 
-/// The files under the data dir that belong to one attachment (issue 22): temp records left by
-/// a plugin killed mid-write.
+/// The files under the data dir that belong to one attachment (issue 22): its lock file, which
+/// its IPAM plugins inherit, and temp records left by a plugin killed mid-write.
 struct AttachmentFiles<'a> {
     data: &'a DataDir,
     network: &'a str,
 }
 
 impl AttachmentFiles<'_> {
-    /// What a killed ADD leaves: a temp record of a writer that is gone.
+    /// Its lock file, as every release names it.
+    fn lock(&self, id: &str, ifname: &str) -> std::path::PathBuf {
+        let name = format!("ipam-{}-{id}-{ifname}.lock", self.network);
+        std::path::Path::new(&self.data.state())
+            .join("locks")
+            .join(name)
+    }
+
+    /// What a killed ADD leaves: a temp record of a writer that is gone, and the lock file.
     fn plant(&self, id: &str) -> Vec<std::path::PathBuf> {
         let mut gone = Command::new("true").spawn().unwrap();
         let pid = gone.id();
         gone.wait().unwrap();
         let dir = std::path::Path::new(&self.data.state()).join(self.network);
         let temp = dir.join(format!(".{id}:net1.json.tmp-{pid}"));
-        std::fs::write(&temp, b"").unwrap();
-        vec![temp]
+        let lock = self.lock(id, "net1");
+        for f in [&temp, &lock] {
+            std::fs::write(f, b"").unwrap();
+        }
+        vec![temp, lock]
+    }
+
+    /// The network's attachment lock files, by name.
+    fn locks(&self) -> Vec<String> {
+        let prefix = format!("ipam-{}-", self.network);
+        let mut found: Vec<String> = std::fs::read_dir(format!("{}/locks", self.data.state()))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        found.sort();
+        found
     }
 }
 
@@ -203,7 +228,7 @@ fn no_file_outlives_its_attachment() {
     let lease_dir = data.path().join("leases");
     std::fs::create_dir_all(&lease_dir).unwrap();
     let conf = json!({"cniVersion": "1.1.0", "name": "opsfiles", "type": "rdma-ns",
-        "mode": "macvlan", "master": veth.nic, "dataDir": data.state(),
+        "mode": "macvlan", "master": veth.nic, "dataDir": data.state(), "lockTimeoutMs": 200,
         "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.99.0.5/24"}],
                  "leaseDir": lease_dir}});
     let files = AttachmentFiles {
@@ -211,19 +236,52 @@ fn no_file_outlives_its_attachment() {
         network: "opsfiles",
     };
     let call = |command: &str, id: &str| Call::new(command, id, &ns.path(), "net1");
-    call("ADD", "pod0").run(&conf).ok();
-    call("DEL", "pod0").run(&conf).ok();
 
-    // What a killed ADD left goes with the next operation on its attachment, record or not.
+    // Three pods, three times: each lock file exists while its attachment does, and goes with it.
+    for _ in 0..3 {
+        for pod in 0..3 {
+            Call::new(
+                "ADD",
+                &format!("pod{pod}"),
+                &ns.path(),
+                &format!("net{pod}"),
+            )
+            .run(&conf)
+            .ok();
+        }
+        assert_eq!(
+            files.locks(),
+            [
+                "ipam-opsfiles-pod0-net0.lock",
+                "ipam-opsfiles-pod1-net1.lock",
+                "ipam-opsfiles-pod2-net2.lock"
+            ]
+        );
+        for pod in 0..3 {
+            Call::new(
+                "DEL",
+                &format!("pod{pod}"),
+                &ns.path(),
+                &format!("net{pod}"),
+            )
+            .run(&conf)
+            .ok();
+        }
+        assert_eq!(files.locks(), Vec::<String>::new());
+    }
+
+    // What a killed ADD left goes with the next operation on its attachment, record or not: its
+    // temp record with any, its lock file with the DEL that finds the attachment gone.
     for command in ["DEL", "CHECK", "ADD"] {
         let left = files.plant("killed1");
         assert!(left.iter().all(|f| f.exists()));
         call(command, "killed1").run(&conf);
-        all_gone(&left, command);
+        all_gone(&left[..1], command);
         if command == "ADD" {
             call("DEL", "killed1").run(&conf).ok();
         }
     }
+    all_gone(&[files.lock("killed1", "net1")], "DEL");
 
     // ... and with `rdma-ns list`, `reconcile` (not its dry run) and GC, also what no operation
     // on its attachment will come for.
@@ -244,7 +302,8 @@ fn no_file_outlives_its_attachment() {
     // What someone holds (a writer at work, an IPAM plugin still running) stays.
     let left = files.plant("held1");
     let holders: Vec<Holder> = left.iter().map(|f| Holder::new(f)).collect();
-    call("DEL", "held1").run(&conf).ok();
+    let busy = call("DEL", "held1").run(&conf).err(11);
+    assert!(busy.contains("IPAM plugin of held1:net1"), "{busy}");
     cli(&["list", "--data-dir", &data.state()]);
     Call::new("GC", "", "", "").run(&gc).ok();
     assert!(left.iter().all(|f| f.exists()), "a held file was removed");

@@ -55,8 +55,10 @@ pub fn add_beside_ipam<'a, T>(
         // the lock, then releases what it allocated. Busy means an IPAM plugin of this same
         // attachment still runs: try again later. A data dir that cannot hold the lock fails
         // the intent record beside IPAM anyway, with its own message.
-        let ipam_lock = match ctx.store.lock_device(
-            &ipam_lock_key(req),
+        let ipam_lock = match ctx.store.lock_attachment(
+            &req.conf.name,
+            &req.env.container_id,
+            &req.env.ifname,
             std::time::Duration::from_millis(config::DEFAULT_LOCK_TIMEOUT_MS),
         ) {
             Ok(lock) => Some(lock),
@@ -98,14 +100,6 @@ pub fn add_beside_ipam<'a, T>(
     Ok((made, ipam))
 }
 
-/// The per-attachment lock an IPAM plugin holds from ADD on (see `add_beside_ipam`).
-fn ipam_lock_key(req: &Request) -> String {
-    format!(
-        "ipam-{}-{}-{}",
-        req.conf.name, req.env.container_id, req.env.ifname
-    )
-}
-
 /// IPAM DEL's outcome, run or waited for.
 type IpamDel<'s> = Box<dyn FnOnce() -> Result<()> + 's>;
 
@@ -130,7 +124,12 @@ fn del_beside_ipam<'s>(
         // making. One that does not end within the lock timeout fails this DEL with code 11,
         // and the runtime's retry releases it once it is gone.
         let ipam_del = scope.spawn(move || {
-            let _ipam = store.lock_device(&ipam_lock_key(req), lock_timeout)?;
+            let _ipam = store.lock_attachment(
+                &req.conf.name,
+                &req.env.container_id,
+                &req.env.ifname,
+                lock_timeout,
+            )?;
             ipam.del(req)
         });
         rest(Box::new(move || {
@@ -187,6 +186,14 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
         if errors.is_empty() && att.is_some() {
             ctx.store
                 .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
+        }
+        if errors.is_empty() {
+            // Gone: its lock file goes too, unless an IPAM plugin or a new ADD holds it.
+            ctx.store.remove_attachment_lock(
+                &req.conf.name,
+                &req.env.container_id,
+                &req.env.ifname,
+            );
         }
         Error::collect(errors)
     })

@@ -138,7 +138,16 @@ pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         refuse_own_netns(req.env.netns.as_deref())?;
-        self.with_ctx(req, |ctx, pc| pc.mode.add(ctx, req, pc))
+        self.with_ctx(req, |ctx, pc| {
+            let added = pc.mode.add(ctx, req, pc);
+            if added.is_err() {
+                // Rolled back, so gone: its lock file too, unless an IPAM plugin holds it.
+                let env = &req.env;
+                ctx.store
+                    .remove_attachment_lock(&req.conf.name, &env.container_id, &env.ifname);
+            }
+            added
+        })
     }
 
     fn del(&self, req: &Request) -> Result<()> {

@@ -11,7 +11,10 @@
 //!   was left by a killed writer: the next operation on the attachment and [`Store::sweep`]
 //!   remove it.
 //! - `locks/<device-key>.lock`: flock(2) files serializing attachments that contend for one
-//!   device. Different devices never wait for each other.
+//!   device. Different devices never wait for each other. Bounded by the devices, they stay.
+//! - `locks/ipam-<network>-<containerID>-<ifname>.lock`: one attachment's, which its IPAM
+//!   plugins inherit (`lifecycle`). It goes with its attachment: DEL, a failed ADD and
+//!   [`Store::sweep`] remove it when no one holds it (see `lock_file`).
 //!
 //! A record file holds one JSON document per line, the last readable one counting:
 //! - the intent ("adding"), written *before* the device is moved, atomically and durably
@@ -25,10 +28,9 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::attach::lock_file;
 use crate::attach::record::{Attachment, Unreadable};
@@ -227,9 +229,15 @@ impl Store {
     }
 
     /// Clears what gone attachments left under the data dir: temp files whose writer is gone (a
-    /// plugin killed mid-write) in every network's directory. `rdma-ns list`, `reconcile` and
-    /// GC run it; ADD, DEL and CHECK remove their own.
+    /// plugin killed mid-write) in every network's directory, and attachment lock files no one
+    /// holds of attachments without a record (also those of earlier releases, named alike).
+    /// `rdma-ns list`, `reconcile` and GC run it; ADD, DEL and CHECK remove their own.
     pub fn sweep(&self) {
+        self.remove_stale_temps_of_every_network();
+        self.remove_lock_files_of_gone_attachments();
+    }
+
+    fn remove_stale_temps_of_every_network(&self) {
         let Ok(networks) = fs::read_dir(&self.dir) else {
             return;
         };
@@ -239,6 +247,34 @@ impl Store {
             }
             for entry in fs::read_dir(network.path()).into_iter().flatten().flatten() {
                 remove_stale_temp(&entry.path());
+            }
+        }
+    }
+
+    /// Attachment lock files no one holds and no record names. One of an unreadable record
+    /// may go too, which is harmless: a lock no one holds protects nothing, and the next
+    /// locker creates it anew.
+    fn remove_lock_files_of_gone_attachments(&self) {
+        let Some(locks) = self.existing_locks_dir() else {
+            return;
+        };
+        let (records, _) = self.list_all();
+        let live: std::collections::HashSet<String> = records
+            .iter()
+            .map(|a| {
+                let key = attachment_lock_key(&a.network, &a.container_id, &a.ifname);
+                bounded_file_name(&key, ".lock")
+            })
+            .collect();
+        for entry in fs::read_dir(locks).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let gone = name.starts_with(ATTACHMENT_LOCK_PREFIX)
+                && name.ends_with(".lock")
+                && !live.contains(&name);
+            if gone {
+                if let Err(e) = lock_file::remove_if_free(&entry.path()) {
+                    crate::log_warn!("removing lock file {}: {e}", entry.path().display());
+                }
             }
         }
     }
@@ -260,50 +296,106 @@ impl Store {
     /// Takes the lock of `device_key`, waiting at most `timeout`; code 11 when it stays busy.
     pub fn lock_device(&self, device_key: &str, timeout: Duration) -> Result<DeviceLock> {
         safe_component("device key", device_key)?;
+        let path = self.lock_path(device_key)?;
+        self.lock(&path, timeout, || {
+            format!(
+                "device {device_key} is locked by another rdma-ns invocation for more than {} ms \
+                 (lock file {}); retry, or find the stuck process with `fuser {}`",
+                timeout.as_millis(),
+                path.display(),
+                path.display()
+            )
+        })
+    }
+
+    /// Takes the lock of one attachment, which its IPAM plugins inherit (`lifecycle`), waiting
+    /// at most `timeout`; code 11 when it stays busy.
+    pub fn lock_attachment(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<DeviceLock> {
+        let path = self.attachment_lock_path(network, container_id, ifname)?;
+        self.lock(&path, timeout, || {
+            format!(
+                "an IPAM plugin of {container_id}:{ifname} (network {network}) started by an \
+                 earlier ADD still runs after {} ms (it holds lock file {}); retry once it has \
+                 ended, or find it with `fuser {}`",
+                timeout.as_millis(),
+                path.display(),
+                path.display()
+            )
+        })
+    }
+
+    /// Removes the lock file of an attachment that is gone, unless someone holds it (an IPAM
+    /// plugin still running, an operation on the same attachment): see `lock_file`.
+    pub fn remove_attachment_lock(&self, network: &str, container_id: &str, ifname: &str) {
+        let (Ok(()), Some(dir)) = (
+            self.record_path(network, container_id, ifname).map(drop),
+            self.existing_locks_dir(),
+        ) else {
+            return;
+        };
+        let key = attachment_lock_key(network, container_id, ifname);
+        let path = dir.join(bounded_file_name(&key, ".lock"));
+        if let Err(e) = lock_file::remove_if_free(&path) {
+            crate::log_warn!("removing lock file {}: {e}", path.display());
+        }
+    }
+
+    /// The lock file of `key`, its directory created (a real one, 0700) when missing.
+    fn lock_path(&self, key: &str) -> Result<PathBuf> {
         let dir = self.ensure_dir(Some(LOCKS))?;
-        let path = dir.join(bounded_file_name(device_key, ".lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening lock file {}", path.display()), e))?;
-        let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            // LOCK_NB + bounded polling instead of a blocking flock: a stuck holder must turn into
-            // "try again later" for the runtime, never into a hung pod start. Not nix's `Flock`:
-            // it unlocks (LOCK_UN) on drop, which would also release the lock an IPAM plugin
-            // inherited (`inherit_by_children`); closing the fd drops only this reference.
-            let rc = unsafe {
-                nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB)
-            };
-            if rc == 0 {
-                return Ok(DeviceLock { _file: file });
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(nix::libc::EWOULDBLOCK) {
-                return Err(Error::io(format!("locking {}", path.display()), err));
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::TryAgainLater(format!(
-                    "device {device_key} is locked by another rdma-ns invocation for more than {} ms \
-                     (lock file {}); retry, or find the stuck process with `fuser {}`",
-                    timeout.as_millis(),
-                    path.display(),
-                    path.display()
-                )));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
+        Ok(dir.join(bounded_file_name(key, ".lock")))
+    }
+
+    /// The lock directory when it exists and is a real directory: where lock files are
+    /// removed, never through a symlink, and never created for that.
+    fn existing_locks_dir(&self) -> Option<PathBuf> {
+        let dir = self.dir.join(LOCKS);
+        fs::symlink_metadata(&dir)
+            .is_ok_and(|m| m.file_type().is_dir())
+            .then_some(dir)
+    }
+
+    /// `locks/ipam-<network>-<containerID>-<ifname>.lock`, as every release has named it.
+    fn attachment_lock_path(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<PathBuf> {
+        self.record_path(network, container_id, ifname)?;
+        self.lock_path(&attachment_lock_key(network, container_id, ifname))
+    }
+
+    fn lock(
+        &self,
+        path: &Path,
+        timeout: Duration,
+        busy: impl FnOnce() -> String,
+    ) -> Result<DeviceLock> {
+        match lock_file::acquire(path, timeout) {
+            Ok(Some(file)) => Ok(DeviceLock { _file: file }),
+            Ok(None) => Err(Error::TryAgainLater(busy())),
+            Err(e) => Err(Error::io(format!("locking {}", path.display()), e)),
         }
     }
 }
 
 /// The subdirectory of lock files.
 const LOCKS: &str = "locks";
+
+/// What names an attachment's lock file.
+fn attachment_lock_key(network: &str, container_id: &str, ifname: &str) -> String {
+    format!("{ATTACHMENT_LOCK_PREFIX}{network}-{container_id}-{ifname}")
+}
+
+/// Attachment lock files start with it; device keys (`pci-`, `mac-`, `ib-`, ...) never do.
+const ATTACHMENT_LOCK_PREFIX: &str = "ipam-";
 
 /// The longest file name written under the data dir: NAME_MAX (255) less what a temp file of
 /// [`write_atomic`] adds (`.`, `.tmp-`, a pid of up to 7 digits).
@@ -674,6 +766,73 @@ mod tests {
             1,
             "no temp file left"
         );
+    }
+
+    #[test]
+    fn attachment_locks_go_with_their_attachment_and_stay_while_held() {
+        let tmp = TempDir::new("state-attachment-locks");
+        let store = Store::new(tmp.path().join("data"));
+        let locks = tmp.path().join("data/locks");
+        let names = || -> Vec<String> {
+            let mut n: Vec<String> = fs::read_dir(&locks)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            n.sort();
+            n
+        };
+        let att = sample();
+        store.save(&att).unwrap();
+        let wait = Duration::from_millis(10);
+        drop(
+            store
+                .lock_attachment("rdma-net", "abc123", "net1", wait)
+                .unwrap(),
+        );
+        drop(
+            store
+                .lock_attachment("rdma-net", "gone1", "net1", wait)
+                .unwrap(),
+        );
+        let held = store
+            .lock_attachment("rdma-net", "gone2", "net1", wait)
+            .unwrap();
+        drop(store.lock_device("pci-0000_3b_00.2", wait).unwrap());
+        // A file an earlier release left, found by its name alone.
+        fs::write(locks.join("ipam-old-net-c9-eth0.lock"), b"").unwrap();
+        assert_eq!(
+            names(),
+            [
+                "ipam-old-net-c9-eth0.lock",
+                "ipam-rdma-net-abc123-net1.lock",
+                "ipam-rdma-net-gone1-net1.lock",
+                "ipam-rdma-net-gone2-net1.lock",
+                "pci-0000_3b_00.2.lock"
+            ]
+        );
+        let e = store
+            .lock_attachment("rdma-net", "gone2", "net1", wait)
+            .unwrap_err();
+        assert_eq!(e.code(), 11);
+        assert!(e.to_string().contains("IPAM plugin of gone2:net1"), "{e}");
+
+        store.sweep();
+        assert_eq!(
+            names(),
+            [
+                "ipam-rdma-net-abc123-net1.lock",
+                "ipam-rdma-net-gone2-net1.lock",
+                "pci-0000_3b_00.2.lock"
+            ],
+            "a recorded attachment's, a held one's and the device's stay"
+        );
+        store.remove_attachment_lock("rdma-net", "gone2", "net1");
+        assert!(names().contains(&"ipam-rdma-net-gone2-net1.lock".to_string()));
+        drop(held);
+        store.remove_attachment_lock("rdma-net", "gone2", "net1");
+        store.remove("rdma-net", "abc123", "net1").unwrap();
+        store.sweep();
+        assert_eq!(names(), ["pci-0000_3b_00.2.lock"]);
     }
 
     #[test]
