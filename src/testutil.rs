@@ -9,9 +9,19 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        TempDir::under(&std::env::temp_dir(), tag)
+    }
+
+    /// One in the device-info directory, the only place a device-info file may be
+    /// (`attach::device_info::DIR`).
+    pub fn devinfo(tag: &str) -> TempDir {
+        TempDir::under(Path::new(crate::attach::device_info::DIR), tag)
+    }
+
+    fn under(base: &Path, tag: &str) -> TempDir {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
+        let p = base.join(format!(
             "rdma-ns-test-{tag}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)

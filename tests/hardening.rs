@@ -348,3 +348,48 @@ fn del_waits_for_an_orphaned_ipam_plugin_no_longer_than_the_lock_timeout() {
     }
     k.nothing_left();
 }
+
+/// A device-info path outside Multus's directory (the NPWG device-info spec's) is refused before
+/// anything changes, with code 7 naming the directory; the same directory through /run, which
+/// /var/run is, is the same place.
+#[test]
+fn device_info_files_are_written_only_in_the_devinfo_directory() {
+    let sys = FixtureSys::new();
+    let data = DataDir::new();
+    let veth = Veth::new();
+    let before = host_view(&veth.nic);
+    let ns = TestNetns::new();
+    sys.add_pci("0000:3b:00.2", &[&veth.nic]);
+    let (k, v) = sys.env();
+    let conf = |info: &std::path::Path| {
+        json!({"cniVersion": "1.0.0", "name": "dinfo", "type": "rdma-ns", "dataDir": data.state(),
+            "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true},
+            "runtimeConfig": {"deviceID": "0000:3b:00.2", "CNIDeviceInfoFile": info}})
+    };
+    let call = |command: &str| Call::new(command, "di", &ns.path(), "net1").env(&k, &v);
+
+    let elsewhere = data.path().join("devinfo/net1.json");
+    let msg = call("ADD").run(&conf(&elsewhere)).err(7);
+    assert!(
+        msg.contains("runtimeConfig.CNIDeviceInfoFile")
+            && msg.contains("/var/run/k8s.cni.cncf.io/devinfo"),
+        "{msg}"
+    );
+    assert!(!elsewhere.exists() && !data.path().join("devinfo").exists());
+    back_in_host(&veth.nic, &before).unwrap();
+    assert!(data.records().is_empty());
+
+    let devinfo = DevinfoDir::new();
+    let name = devinfo.path().file_name().unwrap();
+    let under_run = std::path::Path::new("/run/k8s.cni.cncf.io/devinfo")
+        .join(name)
+        .join("cni/net1.json");
+    let written = devinfo.path().join("cni/net1.json");
+    call("ADD").run(&conf(&under_run)).ok();
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&written).unwrap()).unwrap();
+    assert_eq!(info["pci"]["pci-address"], "0000:3b:00.2", "{info}");
+    call("DEL").run(&conf(&under_run)).ok();
+    assert!(!written.exists(), "removed on DEL");
+    back_in_host(&veth.nic, &before).unwrap();
+}

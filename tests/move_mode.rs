@@ -638,7 +638,8 @@ fn the_device_info_file_is_written_for_the_pci_function_and_removed_on_del() {
     let before = host_view(&veth.nic);
     let ns = TestNetns::new();
     sys.add_pci("0000:3b:00.2", &[&veth.nic]);
-    let info_path = data.path().join("devinfo/net1-deviceinfo.json");
+    let devinfo = DevinfoDir::new();
+    let info_path = devinfo.path().join("cni/net1-deviceinfo.json");
     let conf = json!({"cniVersion": "1.0.0", "name": "dinfo", "type": "rdma-ns", "dataDir": data.state(),
         "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true},
         "runtimeConfig": {"deviceID": "0000:3b:00.2", "CNIDeviceInfoFile": info_path.display().to_string()}});

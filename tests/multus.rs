@@ -133,9 +133,10 @@ fn every_recipe_nad_works_with_what_multus_injects() {
                 sys.add_pci(VF_PCI, &[&veth.nic]);
                 let (sys_k, sys_v) = sys.env();
                 let infra = unique("infra");
-                let info_path = data
+                let devinfo = DevinfoDir::new();
+                let info_path = devinfo
                     .path()
-                    .join(format!("devinfo/default-rdma-trainer-{infra}.json"));
+                    .join(format!("cni/default-rdma-trainer-{infra}.json"));
 
                 let mut delegate = multus_delegate(&nad.conflist, device_id, injection);
                 for p in delegate["plugins"].as_array_mut().unwrap() {

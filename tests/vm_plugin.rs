@@ -267,7 +267,8 @@ fn vm_chained_mode_error_paths_on_rxe() {
 /// names rxe0, which has no PCI function, so it carries no pci-address.
 #[test]
 fn vm_macvlan_by_rdma_device_writes_device_info_naming_rxe0() {
-    let info = format!("{}/devinfo/vmpod-net1.json", scratch());
+    let devinfo = DevinfoDir::new();
+    let info = format!("{}/cni/vmpod-net1.json", devinfo.path().display());
     let mut conf = macvlan_conf(
         json!({"rdmaDevice": "rxe0", "deviceID": "0", "pciBusID": "0",
         "capabilities": {"CNIDeviceInfoFile": true},

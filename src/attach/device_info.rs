@@ -177,8 +177,18 @@ pub fn path_from_conf(conf: &NetConf) -> Result<Option<PathBuf>> {
     }
 }
 
-/// The path must be absolute, name a file (no trailing `/`), and have no `..` component, so a
-/// runtime bug cannot make the plugin write or delete outside the directory it names. Code 7.
+/// Where every device-info file is: the NPWG device-info spec (§4.1) puts them under this
+/// directory, and Multus passes CNI plugins paths in `cni/` below it. rdma-ns writes, reads and
+/// removes no file elsewhere.
+pub const DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
+
+/// [`DIR`] by the other name of `/var/run`, which is `/run` (FHS 3.0; a symlink on every
+/// distribution that has `/run`).
+const DIR_UNDER_RUN: &str = "/run/k8s.cni.cncf.io/devinfo";
+
+/// The path must be absolute, name a file (no trailing `/`) below [`DIR`] (or the same
+/// directory under `/run`), and have no `..` component, so a runtime bug cannot make the plugin
+/// write or delete anything else. Code 7.
 pub fn check_path(path: &Path) -> Result<&Path> {
     let text = path.as_os_str().to_string_lossy();
     if !path.is_absolute() {
@@ -199,16 +209,75 @@ pub fn check_path(path: &Path) -> Result<&Path> {
             format!("{text:?} does not name a file"),
         ));
     }
+    if below_dir(path).is_none() {
+        return Err(Error::config(
+            FIELD,
+            format!(
+                "{text:?} is not in {DIR}/, where Multus has device-info files written (the \
+                 NPWG device-info spec); rdma-ns writes none elsewhere: pass a path below it"
+            ),
+        ));
+    }
     Ok(path)
+}
+
+/// `path` less [`DIR`] (or [`DIR_UNDER_RUN`]), when that leaves a file name at least.
+fn below_dir(path: &Path) -> Option<(&Path, &Path)> {
+    [DIR, DIR_UNDER_RUN].into_iter().find_map(|dir| {
+        let rest = path.strip_prefix(dir).ok()?;
+        (rest.file_name().is_some()).then_some((Path::new(dir), rest))
+    })
+}
+
+/// [`check_path`], and no directory between [`DIR`] and the file is a symlink (one there would
+/// take the write elsewhere); code 7 naming it. Directories not made yet are fine.
+fn check_on_disk(path: &Path) -> Result<()> {
+    check_path(path)?;
+    let Some((dir, rest)) = below_dir(path) else {
+        return Ok(());
+    };
+    let mut at = dir.to_path_buf();
+    let parents: Vec<_> = rest
+        .parent()
+        .map(Path::components)
+        .into_iter()
+        .flatten()
+        .collect();
+    for component in parents {
+        at.push(component);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(Error::config(
+                    FIELD,
+                    format!(
+                        "{:?}: {} is a symlink; device-info files are written only through real \
+                         directories",
+                        path.display(),
+                        at.display()
+                    ),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(format!("checking {}", at.display()), e)),
+        }
+    }
+    Ok(())
 }
 
 /// Reads an existing device-info file; None when there is none. A file that is not a
 /// device-info map is an error (code 6) naming it.
 pub fn read(path: &Path) -> Result<Option<DeviceInfo>> {
-    check_path(path)?;
-    let bytes = match fs::read(path) {
+    check_on_disk(path)?;
+    let bytes = match read_no_follow(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(Error::config(
+                FIELD,
+                format!("{:?} is a symlink, not a device-info file", path.display()),
+            ))
+        }
         Err(e) => {
             return Err(Error::io(
                 format!("reading device-info file {}", path.display()),
@@ -224,11 +293,25 @@ pub fn read(path: &Path) -> Result<Option<DeviceInfo>> {
     })
 }
 
+/// The file's bytes, never read through a symlink at `path` (ELOOP): a symlink there is not
+/// a device-info file, and its target is nothing this plugin may copy into one.
+fn read_no_follow(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Writes `info` atomically: a temp file in the same directory, fsync, rename over `path`,
 /// fsync the directory. A missing directory is created 0700. The file is 0444, as the
 /// network-attachment-definition-client (which Multus and the device plugins use) writes it.
 pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
-    check_path(path)?;
+    check_on_disk(path)?;
     let json = serde_json::to_vec(info).map_err(|e| {
         Error::decode(
             format!("encoding device info for {}", path.display()),
@@ -252,7 +335,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
 
 /// Removes the file; an absent file is fine.
 pub fn remove(path: &Path) -> Result<()> {
-    check_path(path)?;
+    check_on_disk(path)?;
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -327,12 +410,22 @@ fn write_device_info<'a>(
     plan.checkpoint("device-info")
 }
 
-/// DEL/GC: removes the device-info file the attachment wrote (absent is fine).
+/// DEL/GC: removes the device-info file the attachment wrote (absent is fine). One an earlier
+/// release wrote outside [`DIR`] is left where it is, with a warning: this plugin removes no
+/// file there either, and a DEL failing for it would fail forever.
 pub fn remove_device_info(att: &Attachment) -> Result<()> {
-    match &att.device_info_file {
-        Some(p) => remove(Path::new(p)),
-        None => Ok(()),
+    let Some(recorded) = &att.device_info_file else {
+        return Ok(());
+    };
+    let path = Path::new(recorded);
+    if let Err(e) = check_path(path) {
+        crate::log_warn!(
+            "{}: the recorded device-info file is left in place ({e}); remove it by hand",
+            att.id()
+        );
+        return Ok(());
     }
+    remove(path)
 }
 
 #[cfg(test)]

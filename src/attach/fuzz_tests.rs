@@ -149,7 +149,7 @@ proptest! {
     fn devinfo_read_never_panics(
         bytes in prop_oneof![4 => fuzz::mutated_json(Just(devinfo_doc())), 1 => fuzz::bytes()],
     ) {
-        let dir = TempDir::new("fuzz-devinfo");
+        let dir = TempDir::devinfo("fuzz");
         let path = dir.path().join("info");
         fs::write(&path, &bytes).unwrap();
         match device_info::read(&path) {
@@ -165,13 +165,25 @@ proptest! {
         }
     }
 
-    /// A device-info path from the conf: refused with code 7 or absolute without `..`.
+    /// A device-info path from the conf: refused with code 7, or absolute without `..` and in
+    /// the device-info directory.
     #[test]
-    fn devinfo_path_check(path in fuzz::text()) {
+    fn devinfo_path_check(
+        path in prop_oneof![
+            1 => fuzz::text(),
+            1 => fuzz::text().prop_map(|t| format!("{}/{t}", device_info::DIR)),
+            1 => fuzz::text().prop_map(|t| format!("/run/k8s.cni.cncf.io/devinfo/{t}")),
+        ],
+    ) {
         match device_info::check_path(Path::new(&path)) {
             Ok(p) => {
                 prop_assert!(p.is_absolute());
                 prop_assert!(!p.components().any(|c| c == std::path::Component::ParentDir));
+                prop_assert!(
+                    p.starts_with(device_info::DIR)
+                        || p.starts_with("/run/k8s.cni.cncf.io/devinfo"),
+                    "{}", p.display()
+                );
             }
             Err(e) => check_rejection(&e, &[7])?,
         }

@@ -347,6 +347,30 @@ impl Drop for DataDir {
     }
 }
 
+/// A directory of this test's own under the device-info directory, the only place rdma-ns
+/// writes a device-info file (README, threat model); removed on drop.
+pub struct DevinfoDir(pub PathBuf);
+
+impl DevinfoDir {
+    pub fn new() -> DevinfoDir {
+        let p = Path::new("/var/run/k8s.cni.cncf.io/devinfo").join(unique("rdma-ns-it-"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        // As in DataDir::new: never wipe a path another run may own.
+        std::fs::create_dir(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        DevinfoDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DevinfoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A move-mode conf selecting `device`, with static IPAM for `address` unless `ipam` given.
 pub fn move_conf(version: &str, name: &str, device: &str, data: &DataDir) -> Value {
     serde_json::json!({

@@ -97,14 +97,14 @@ fn an_sf_gets_no_device_info_and_its_pf_does_not_claim_its_rdma_device() {
 
 #[test]
 fn write_creates_a_private_dir_and_a_complete_file_then_replaces_it() {
-    let tmp = TempDir::new("devinfo-write");
-    let dir = tmp.path().join("devinfo/cni");
+    let tmp = TempDir::devinfo("write");
+    let dir = tmp.path().join("sub/cni");
     let path = dir.join("abc-net1");
     let mut pci = PciDevice::new("0000:3b:00.2");
     pci.rdma_device = Some("mlx5_2".into());
     let info = DeviceInfo::pci(pci);
     write(&path, &info).unwrap();
-    for d in [tmp.path().join("devinfo"), dir.clone()] {
+    for d in [tmp.path().join("sub"), dir.clone()] {
         let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{}", d.display());
     }
@@ -133,13 +133,20 @@ fn write_creates_a_private_dir_and_a_complete_file_then_replaces_it() {
 
 #[test]
 fn a_symlink_at_the_path_is_replaced_not_followed() {
-    let tmp = TempDir::new("devinfo-symlink");
-    let victim = tmp.path().join("victim");
-    fs::write(&victim, b"keep").unwrap();
+    let outside = TempDir::new("devinfo-victim");
+    let victim = outside.path().join("victim");
+    fs::write(&victim, br#"{"type":"pci","version":"1.1.0"}"#).unwrap();
+    let tmp = TempDir::devinfo("symlink");
     let path = tmp.path().join("net1");
     std::os::unix::fs::symlink(&victim, &path).unwrap();
+    let err = read(&path).unwrap_err();
+    assert_eq!(err.code(), 7, "not read through: {err}");
+    assert!(err.to_string().contains("symlink"), "{err}");
     write(&path, &DeviceInfo::pci(PciDevice::new("0000:3b:00.2"))).unwrap();
-    assert_eq!(fs::read(&victim).unwrap(), b"keep");
+    assert_eq!(
+        fs::read(&victim).unwrap(),
+        br#"{"type":"pci","version":"1.1.0"}"#
+    );
     assert!(!fs::symlink_metadata(&path)
         .unwrap()
         .file_type()
@@ -147,8 +154,30 @@ fn a_symlink_at_the_path_is_replaced_not_followed() {
 }
 
 #[test]
+fn a_symlinked_directory_below_the_devinfo_dir_is_refused() {
+    let outside = TempDir::new("devinfo-elsewhere");
+    let tmp = TempDir::devinfo("linked-dir");
+    std::os::unix::fs::symlink(outside.path(), tmp.path().join("cni")).unwrap();
+    let path = tmp.path().join("cni/net1");
+    let info = DeviceInfo::pci(PciDevice::new("0000:3b:00.2"));
+    for err in [
+        write(&path, &info).unwrap_err(),
+        read(&path).unwrap_err(),
+        remove(&path).unwrap_err(),
+    ] {
+        assert_eq!(err.code(), 7, "{err}");
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+    }
+    assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
+    // The same path through a real directory is written.
+    fs::remove_file(tmp.path().join("cni")).unwrap();
+    write(&path, &info).unwrap();
+    assert_eq!(read(&path).unwrap(), Some(info));
+}
+
+#[test]
 fn remove_is_fine_when_absent() {
-    let tmp = TempDir::new("devinfo-remove");
+    let tmp = TempDir::devinfo("remove");
     let path = tmp.path().join("net1");
     remove(&path).unwrap();
     write(&path, &DeviceInfo::pci(PciDevice::new("0000:3b:00.2"))).unwrap();
@@ -160,7 +189,7 @@ fn remove_is_fine_when_absent() {
 
 #[test]
 fn bad_paths_are_code_7_and_nothing_is_written() {
-    let tmp = TempDir::new("devinfo-paths");
+    let tmp = TempDir::devinfo("paths");
     let info = DeviceInfo::pci(PciDevice::new("0000:3b:00.2"));
     let escaping = format!("{}/a/../b", tmp.path().display());
     let trailing = format!("{}/dir/", tmp.path().display());
@@ -176,6 +205,56 @@ fn bad_paths_are_code_7_and_nothing_is_written() {
     assert!(!tmp.path().join("a").exists());
     assert!(!tmp.path().join("b").exists());
     assert!(!tmp.path().join("dir").exists());
+}
+
+#[test]
+fn only_the_devinfo_directory_holds_device_info_files() {
+    let info = DeviceInfo::pci(PciDevice::new("0000:3b:00.2"));
+    let outside = TempDir::new("devinfo-outside");
+    let elsewhere = outside.path().join("net1");
+    for bad in [
+        elsewhere.to_str().unwrap(),
+        "/etc/cni/net.d/00-rdma.conflist",
+        "/var/run/k8s.cni.cncf.io/devinfo",
+        "/var/run/k8s.cni.cncf.io/devinfo2/cni/net1",
+        "/var/run/k8s.cni.cncf.io/net1",
+        "/run/k8s.cni.cncf.io/devinfo-x",
+        "/var/run/k8s.cni.cncf.io/devinfo/../devinfo2/net1",
+    ] {
+        let err = write(Path::new(bad), &info).unwrap_err();
+        assert_eq!(err.code(), 7, "{bad}: {err}");
+        assert!(
+            err.to_string().contains("runtimeConfig.CNIDeviceInfoFile"),
+            "{err}"
+        );
+        assert_eq!(remove(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
+        assert_eq!(read(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
+    }
+    let err = check_path(&elsewhere).unwrap_err();
+    assert!(err.to_string().contains(DIR), "names the directory: {err}");
+    assert!(!elsewhere.exists());
+
+    // /run is /var/run: the same directory by either name.
+    let tmp = TempDir::devinfo("run");
+    let name = tmp.path().file_name().unwrap().to_str().unwrap();
+    for dir in [DIR, "/run/k8s.cni.cncf.io/devinfo"] {
+        let path = Path::new(dir).join(name).join("cni/net1");
+        write(&path, &info).unwrap();
+        assert_eq!(
+            read(&path).unwrap(),
+            Some(info.clone()),
+            "{}",
+            path.display()
+        );
+        remove(&path).unwrap();
+    }
+    for ok in [
+        "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1",
+        "/run/k8s.cni.cncf.io/devinfo/cni/abc-net1",
+        "/var/run/k8s.cni.cncf.io/devinfo/dp/x",
+    ] {
+        assert!(check_path(Path::new(ok)).is_ok(), "{ok}");
+    }
 }
 
 #[test]
@@ -207,7 +286,7 @@ fn the_path_comes_from_runtime_config() {
 
 #[test]
 fn a_corrupt_file_is_code_6_naming_it() {
-    let tmp = TempDir::new("devinfo-corrupt");
+    let tmp = TempDir::devinfo("corrupt");
     let path = tmp.path().join("net1");
     fs::write(&path, b"{not json").unwrap();
     let err = read(&path).unwrap_err();
@@ -219,7 +298,7 @@ fn a_corrupt_file_is_code_6_naming_it() {
 
 #[test]
 fn an_existing_file_for_the_same_function_keeps_what_this_plugin_does_not_know() {
-    let tmp = TempDir::new("devinfo-merge");
+    let tmp = TempDir::devinfo("merge");
     let path = tmp.path().join("net1");
     // As Multus copies it from a device plugin's file.
     fs::write(

@@ -741,8 +741,8 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
 
 #[test]
 fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
-    let tmp = TempDir::new("devinfo");
-    let file = tmp.path().join("devinfo/cni/pod-net1.json");
+    let tmp = TempDir::devinfo("child");
+    let file = tmp.path().join("cni/pod-net1.json");
     let fields = format!(
         r#""mode":"macvlan","master":"ens1f0v0","rdma":"off",
             "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,

@@ -520,7 +520,8 @@ mod chained {
     #[test]
     fn chained_mode_writes_the_vfs_device_info_and_removes_it_on_del() {
         let mut w = world(&vf_by_pci_address());
-        let file = w.fixture().path().join("devinfo/net1.json");
+        let tmp = TempDir::devinfo("chained");
+        let file = tmp.path().join("net1.json");
         w.fields = chained_fields(&format!(
             r#""deviceID":"0000:3b:00.2","runtimeConfig":{{"CNIDeviceInfoFile":"{}"}},{}"#,
             file.display(),

@@ -156,7 +156,7 @@ impl TestHost {
             },
             store: Store::new(tmp.path().join("data")),
             sys,
-            sysfs: self.sysfs,
+            _sysfs: self.sysfs,
             dev_dir: self.dev_dir,
             network: self.network,
             container: self.container,
@@ -174,7 +174,8 @@ pub struct World {
     pub ipam: FakeIpam,
     pub store: Store,
     pub sys: SysRoot,
-    pub sysfs: Option<SysfsFixture>,
+    /// The sysfs fixture `sys` reads, kept for as long as the world.
+    _sysfs: Option<SysfsFixture>,
     /// The plugin's fields of the conf; a test may change them between commands.
     pub fields: String,
     ipam_in_conf: bool,
@@ -277,12 +278,5 @@ impl World {
     /// Every call into the fake host so far, netdev and ib device alike, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.kernel.calls()
-    }
-
-    /// The sysfs fixture the host was built on.
-    pub fn fixture(&self) -> &SysfsFixture {
-        self.sysfs
-            .as_ref()
-            .expect("the host was built on a sysfs fixture")
     }
 }
