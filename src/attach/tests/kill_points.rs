@@ -20,6 +20,14 @@ pub fn every_kill_point(make: impl Fn() -> World, assert_clean: impl Fn(&World, 
     visited();
     run(&w, Command::Add, None).unwrap();
     let add_steps = visited();
+    // The probe of attachment lock files finds the one an ADD with IPAM leaves.
+    let conf: serde_json::Value = serde_json::from_str(&w.conf(Command::Add)).unwrap();
+    let with_ipam = conf.get("ipam").is_some();
+    assert_eq!(
+        attachment_locks(w.store.dir()).len(),
+        usize::from(with_ipam),
+        "the attachment lock while it exists"
+    );
     run(&w, Command::Del, None).unwrap();
     let del_steps: Vec<String> = visited()
         .into_iter()
@@ -35,6 +43,11 @@ pub fn every_kill_point(make: impl Fn() -> World, assert_clean: impl Fn(&World, 
         }
         run(w, Command::Gc, None).unwrap_or_else(|e| panic!("{case}: GC after it: {e}"));
         assert_clean(w, case);
+        let locks = attachment_locks(w.store.dir());
+        assert!(
+            locks.is_empty(),
+            "{case}: attachment lock files left: {locks:?}"
+        );
     };
     for step in &add_steps {
         let case = format!("killed after ADD step {step}");
@@ -63,6 +76,17 @@ pub fn ipam_released(calls: &[Command], case: &str) {
             "{case}: IPAM allocation never released: {calls:?}"
         );
     }
+}
+
+/// The attachment lock files under the data dir `dir` (device locks name devices).
+fn attachment_locks(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir.join("locks"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("ipam-"))
+        .collect()
 }
 
 /// No temp file of an atomic write is left anywhere under `dir`.
