@@ -16,7 +16,7 @@
 //! too.
 
 use crate::attach::plan::Plan;
-use crate::attach::record::Attachment;
+use crate::attach::record::{Attachment, Phase};
 use crate::attach::steps::{PodSide, Step, StepAdd};
 use crate::attach::Ctx;
 use std::fs;
@@ -333,9 +333,11 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
         .map_err(|e| Error::io(format!("writing device-info file {}", path.display()), e))
 }
 
-/// Removes the file; an absent file is fine.
+/// Removes the file, and temp files of writes to it that were killed; an absent file is fine.
 pub fn remove(path: &Path) -> Result<()> {
     check_on_disk(path)?;
+    // A write killed midway leaves its temp file beside.
+    crate::attach::store::remove_stale_temps(path);
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -410,14 +412,20 @@ fn write_device_info<'a>(
     plan.checkpoint("device-info")
 }
 
-/// DEL/GC: removes the device-info file the attachment wrote (absent is fine). One an earlier
+/// DEL/GC: removes the device-info file the attachment wrote (absent is fine), or, for an ADD
+/// that never finished, the one its configuration named, which it may have written before it
+/// was killed (the intent record, written first, does not name the file yet). One an earlier
 /// release wrote outside [`DIR`] is left where it is, with a warning: this plugin removes no
 /// file there either, and a DEL failing for it would fail forever.
 pub fn remove_device_info(att: &Attachment) -> Result<()> {
-    let Some(recorded) = &att.device_info_file else {
+    let Some(recorded) = att
+        .device_info_file
+        .clone()
+        .or_else(|| unfinished_add_path(att))
+    else {
         return Ok(());
     };
-    let path = Path::new(recorded);
+    let path = Path::new(&recorded);
     if let Err(e) = check_path(path) {
         crate::log_warn!(
             "{}: the recorded device-info file is left in place ({e}); remove it by hand",
@@ -426,6 +434,20 @@ pub fn remove_device_info(att: &Attachment) -> Result<()> {
         return Ok(());
     }
     remove(path)
+}
+
+/// `runtimeConfig.CNIDeviceInfoFile` as the recorded configuration of an ADD that never
+/// finished has it.
+fn unfinished_add_path(att: &Attachment) -> Option<String> {
+    if att.phase != Phase::Adding {
+        return None;
+    }
+    let path = att
+        .conf
+        .as_ref()?
+        .get("runtimeConfig")?
+        .get("CNIDeviceInfoFile")?;
+    path.as_str().filter(|p| !p.is_empty()).map(str::to_string)
 }
 
 #[cfg(test)]

@@ -430,7 +430,7 @@ fn is_temp_file_name(name: &str) -> bool {
 }
 
 /// Temp files of `path` left by writers that are gone (a plugin killed mid-write).
-fn remove_stale_temps(path: &Path) {
+pub(crate) fn remove_stale_temps(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
     };

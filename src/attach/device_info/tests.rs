@@ -188,6 +188,23 @@ fn remove_is_fine_when_absent() {
 }
 
 #[test]
+fn remove_takes_the_temp_file_of_a_killed_write_along() {
+    let tmp = TempDir::devinfo("remove-temp");
+    let path = tmp.path().join("net1");
+    let killed = tmp.path().join(".net1.tmp-1");
+    let writing = tmp.path().join(".net1.tmp-2");
+    for f in [&killed, &writing] {
+        fs::write(f, b"{").unwrap();
+    }
+    // A writer at work holds its temp file's lock.
+    let writer = fs::File::open(&writing).unwrap();
+    assert!(crate::attach::lock_file::try_lock(&writer).unwrap());
+    remove(&path).unwrap();
+    assert!(!killed.exists(), "a killed write's temp file goes");
+    assert!(writing.exists(), "a running write's stays");
+}
+
+#[test]
 fn bad_paths_are_code_7_and_nothing_is_written() {
     let tmp = TempDir::devinfo("paths");
     let info = DeviceInfo::pci(PciDevice::new("0000:3b:00.2"));

@@ -803,3 +803,26 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
         );
     }
 }
+
+#[test]
+fn a_kill_at_any_step_leaves_no_device_info_file() {
+    let tmp = TempDir::devinfo("child-kills");
+    let file = tmp.path().join("cni/pod-net1.json");
+    let fields = format!(
+        r#""mode":"macvlan","master":"ens1f0v0","rdma":"off",
+            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
+        file.display()
+    );
+    let clean = on_fixture(mlx5_links(), &fields);
+    clean.run(Command::Add, POD, None).unwrap();
+    assert!(file.exists(), "the probe finds the file an ADD wrote");
+    clean.run(Command::Del, POD, None).unwrap();
+    kill_points::every_kill_point(
+        || on_fixture(mlx5_links(), &fields),
+        |w, case| {
+            assert!(!file.exists(), "{case}: device-info file left");
+            kill_points::no_temp_files(tmp.path(), case);
+            assert!(children(w).is_empty(), "{case}: a child is left");
+        },
+    );
+}

@@ -223,7 +223,7 @@ impl World {
         Request {
             env: RawEnv::from_vars(vars).validate(command).unwrap(),
             conf: NetConf::parse(conf.as_bytes(), command).unwrap(),
-            stdin: Vec::new(),
+            stdin: conf.as_bytes().to_vec(),
         }
     }
 
