@@ -206,7 +206,7 @@ pub fn render(src: &Sources, out: &mut String) {
         let labels = [("device", dev), ("port", port.as_str())];
         state.sample(&labels, p.port.state.num);
         phys.sample(&labels, p.port.phys_state.num);
-        if let Some(mbps) = p.rate.as_deref().and_then(super::doctor::rate_mbps) {
+        if let Some(mbps) = p.rate.as_deref().and_then(super::values::rate_mbps) {
             rate.sample(&labels, mbps * 1_000_000);
         }
         match topo.port_counters(dev, p.port.index) {

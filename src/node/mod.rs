@@ -10,6 +10,7 @@ pub mod confs;
 pub mod doctor;
 pub mod metrics;
 pub mod nfd;
+pub mod values;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::doctor::Facts;
-use crate::kernel::nldev::NetnsMode;
+use super::values::netns_mode_name;
 
 /// The label names, in file order (README, "Node labels" documents each).
 pub const LABELS: [&str; 7] = [
@@ -32,14 +32,7 @@ pub fn labels(f: &Facts) -> Vec<(&'static str, String)> {
         (LABELS[2], yes(f.link_layers.contains("Ethernet"))),
     ];
     if let Some(m) = f.netns_mode {
-        out.push((
-            LABELS[3],
-            match m {
-                NetnsMode::Shared => "shared",
-                NetnsMode::Exclusive => "exclusive",
-            }
-            .to_string(),
-        ));
+        out.push((LABELS[3], netns_mode_name(m).to_string()));
     }
     if let Some(mbps) = f.max_rate_mbps {
         // 2500 Mb/s → `2.5`; whole numbers without a fraction.
@@ -110,6 +103,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::nldev::NetnsMode;
     use std::time::UNIX_EPOCH;
 
     fn facts() -> Facts {

@@ -10,7 +10,10 @@ use nix::sys::stat::{makedev, mknod, Mode as FileMode, SFlag};
 use serde_json::json;
 
 use super::*;
+use crate::attach::record::Attachment;
+use crate::attach::store::Store;
 use crate::kernel::topology::fixtures::{PciSpec, SysfsFixture};
+use crate::kernel::topology::CharDev;
 use crate::node::confs::rdma_networks;
 use crate::testutil::TempDir;
 
@@ -733,12 +736,4 @@ fn pod_mode_leaves_node_wide_checks_out() {
             "{f:?}"
         );
     }
-}
-
-#[test]
-fn rates_parse_to_mbps() {
-    assert_eq!(rate_mbps("100 Gb/sec (4X EDR)"), Some(100_000));
-    assert_eq!(rate_mbps("2.5 Gb/sec (1X SDR)"), Some(2_500));
-    assert_eq!(rate_mbps("14.0625 Gb/sec"), Some(14_062));
-    assert_eq!(rate_mbps("fast"), None);
 }
