@@ -100,7 +100,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
         }
         return ExitCode::from(report.worst().exit_code());
     };
-    let stop = match super::exporter::Stop::install() {
+    let stop = match super::stop::Stop::install() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rdma-ns doctor: cannot install the SIGTERM handler: {e}");

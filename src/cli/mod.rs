@@ -9,6 +9,7 @@ pub mod flags;
 pub mod list;
 pub mod migrate;
 pub mod reconcile;
+pub mod stop;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
