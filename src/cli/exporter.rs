@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::flags::{Flags, Next};
 use super::stop::Stop;
 use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::node::metrics::{self, Sources};
@@ -36,20 +35,17 @@ pub fn run(args: &[OsString]) -> ExitCode {
     let mut listen = ":9100".to_string();
     let mut sys = SysRoot::default();
     let mut data_dirs = Vec::new();
-    let mut flags = Flags::new(args);
-    loop {
-        let read = match flags.next() {
-            Ok(Next::End) => break,
-            Ok(Next::Help) => return super::help(USAGE),
-            Ok(Next::Flag("--listen")) => flags.value().map(|v| listen = v.to_string()),
-            Ok(Next::Flag("--sysfs")) => flags.value().map(|v| sys = SysRoot::new(v)),
-            Ok(Next::Flag("--data-dir")) => flags.value().map(|v| data_dirs.push(v.into())),
-            Ok(Next::Flag(_)) => Err(flags.unknown()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = read {
-            return super::refuse("exporter", &e, USAGE, 2);
+    let read = super::read_flags("exporter", USAGE, args, |flag, flags| {
+        match flag {
+            "--listen" => listen = flags.value()?.to_string(),
+            "--sysfs" => sys = SysRoot::new(flags.value()?),
+            "--data-dir" => data_dirs.push(flags.value()?.into()),
+            _ => return Err(flags.unknown()),
         }
+        Ok(())
+    });
+    if let Err(exit) = read {
+        return exit;
     }
     if data_dirs.is_empty() {
         data_dirs.push(PathBuf::from(rdma_ns::attach::store::DEFAULT_DATA_DIR));

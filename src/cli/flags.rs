@@ -103,6 +103,22 @@ impl<'a> Flags<'a> {
         rest
     }
 
+    /// Reads every flag to the end with `on_flag`, which takes the flags its subcommand knows
+    /// (asking for their values) and refuses the others with [`Flags::unknown`]. True for
+    /// `--help`, which ends the reading.
+    pub fn read_all(
+        mut self,
+        mut on_flag: impl FnMut(&'a str, &mut Flags<'a>) -> Result<(), UsageError>,
+    ) -> Result<bool, UsageError> {
+        loop {
+            match self.next()? {
+                Next::End => return Ok(false),
+                Next::Help => return Ok(true),
+                Next::Flag(name) => on_flag(name, &mut self)?,
+            }
+        }
+    }
+
     /// The refusal of a flag the subcommand does not know.
     pub fn unknown(&self) -> UsageError {
         UsageError(format!("unknown argument {:?}", self.current))
@@ -151,6 +167,38 @@ mod tests {
             [r#"rest=["--", "x", "--on"]"#]
         );
         assert_eq!(read(&[]).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn read_all_hands_each_flag_over_and_stops_at_help_or_an_error() {
+        let read_all = |args: &[&str]| {
+            let args = os(args);
+            let mut seen = Vec::new();
+            let help = Flags::new(&args).read_all(|flag, flags| {
+                match flag {
+                    "--on" => seen.push("on".to_string()),
+                    "--val" => seen.push(format!("val={}", flags.value()?)),
+                    _ => return Err(flags.unknown()),
+                }
+                Ok(())
+            });
+            (help, seen)
+        };
+        assert_eq!(
+            read_all(&["--on", "--val=a"]),
+            (Ok(false), vec!["on".into(), "val=a".into()])
+        );
+        assert_eq!(
+            read_all(&["--on", "--help", "--frob"]),
+            (Ok(true), vec!["on".into()])
+        );
+        let (err, seen) = read_all(&["--val", "a", "--frob", "--on"]);
+        assert_eq!(err.unwrap_err().0, r#"unknown argument "--frob""#);
+        assert_eq!(seen, ["val=a"]);
+        assert_eq!(
+            read_all(&["--on=yes"]).0.unwrap_err().0,
+            "--on takes no value"
+        );
     }
 
     #[test]

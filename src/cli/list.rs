@@ -4,7 +4,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
 use rdma_ns::attach::record::Attachment;
 use rdma_ns::attach::store::{Store, DEFAULT_DATA_DIR};
@@ -14,22 +13,16 @@ const USAGE: &str = "usage: rdma-ns list [--json] [--data-dir DIR]";
 pub fn run(args: &[OsString]) -> ExitCode {
     let mut json = false;
     let mut data_dir = PathBuf::from(DEFAULT_DATA_DIR);
-    let mut flags = Flags::new(args);
-    loop {
-        let read = match flags.next() {
-            Ok(Next::End) => break,
-            Ok(Next::Help) => return super::help(USAGE),
-            Ok(Next::Flag("--json")) => {
-                json = true;
-                Ok(())
-            }
-            Ok(Next::Flag("--data-dir")) => flags.value().map(|d| data_dir = d.into()),
-            Ok(Next::Flag(_)) => Err(flags.unknown()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = read {
-            return super::refuse("list", &e, USAGE, 2);
+    let read = super::read_flags("list", USAGE, args, |flag, flags| {
+        match flag {
+            "--json" => json = true,
+            "--data-dir" => data_dir = flags.value()?.into(),
+            _ => return Err(flags.unknown()),
         }
+        Ok(())
+    });
+    if let Err(exit) = read {
+        return exit;
     }
     let store = Store::new(&data_dir);
     // What gone attachments left goes first (`Store::sweep`).

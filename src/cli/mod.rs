@@ -41,6 +41,22 @@ pub fn help(usage: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Reads a subcommand's flags with `on_flag` (see [`flags::Flags::read_all`]). Err is the exit
+/// code of a run that ends here: `--help` printed the usage (0), or a usage error was refused
+/// (2).
+pub fn read_flags<'a>(
+    subcommand: &str,
+    usage: &str,
+    args: &'a [OsString],
+    on_flag: impl FnMut(&'a str, &mut flags::Flags<'a>) -> Result<(), flags::UsageError>,
+) -> Result<(), ExitCode> {
+    match flags::Flags::new(args).read_all(on_flag) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(help(usage)),
+        Err(e) => Err(refuse(subcommand, &e, usage, 2)),
+    }
+}
+
 /// Runs the subcommand named by `args[0]`, or returns None when it names none (the caller then
 /// prints the description, as the binary always did).
 pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {

@@ -6,7 +6,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::flags::{Flags, Next};
 use rdma_ns::attach::operations::{self, NetnsState};
 use rdma_ns::attach::store::{Store, DEFAULT_DATA_DIR};
 use rdma_ns::cni::Plugin;
@@ -17,23 +16,17 @@ pub fn run(args: &[OsString]) -> ExitCode {
     let mut dry_run = false;
     let mut interval = None;
     let mut data_dir = PathBuf::from(DEFAULT_DATA_DIR);
-    let mut flags = Flags::new(args);
-    loop {
-        let read = match flags.next() {
-            Ok(Next::End) => break,
-            Ok(Next::Help) => return super::help(USAGE),
-            Ok(Next::Flag("--dry-run")) => {
-                dry_run = true;
-                Ok(())
-            }
-            Ok(Next::Flag("--interval")) => flags.seconds().map(|s| interval = Some(s)),
-            Ok(Next::Flag("--data-dir")) => flags.value().map(|d| data_dir = d.into()),
-            Ok(Next::Flag(_)) => Err(flags.unknown()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = read {
-            return super::refuse("reconcile", &e, USAGE, 2);
+    let read = super::read_flags("reconcile", USAGE, args, |flag, flags| {
+        match flag {
+            "--dry-run" => dry_run = true,
+            "--interval" => interval = Some(flags.seconds()?),
+            "--data-dir" => data_dir = flags.value()?.into(),
+            _ => return Err(flags.unknown()),
         }
+        Ok(())
+    });
+    if let Err(exit) = read {
+        return exit;
     }
     match interval {
         None => once(&data_dir, dry_run),
