@@ -143,6 +143,16 @@ pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: &Sources) -> std
     }
 }
 
+/// How reading a request head ended.
+enum Head {
+    /// The blank line that ends it came.
+    Complete,
+    /// [`MAX_REQUEST`] bytes and still no end.
+    TooLarge,
+    /// The client closed before the end.
+    Closed,
+}
+
 fn handle(
     mut stream: TcpStream,
     src: &Sources,
@@ -154,17 +164,39 @@ fn handle(
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    match read_head(&mut stream, head)? {
+        Head::Complete => {}
+        Head::TooLarge => {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+                false,
+            )
+        }
+        Head::Closed => return Ok(()),
+    }
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.trim_end().split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    answer(&mut stream, method, path, src, body)
+}
+
+/// Reads into `head` until the blank line that ends it, within the size cap and the deadline
+/// (the per-read timeout alone would let a client trickle one byte at a time forever).
+fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> std::io::Result<Head> {
     head.clear();
     let deadline = Instant::now() + READ_TIMEOUT;
     let mut buf = [0u8; 1024];
-    // Read until the blank line that ends the head, within the size cap and the deadline
-    // (the per-read timeout alone would let a client trickle one byte at a time forever).
-    let complete = loop {
+    loop {
         if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            break true;
+            return Ok(Head::Complete);
         }
         if head.len() >= MAX_REQUEST {
-            break false;
+            return Ok(Head::TooLarge);
         }
         if Instant::now() >= deadline {
             return Err(std::io::Error::new(
@@ -174,33 +206,26 @@ fn handle(
         }
         let room = (MAX_REQUEST - head.len()).min(buf.len());
         match stream.read(&mut buf[..room]) {
-            Ok(0) => break false,
+            Ok(0) => return Ok(Head::Closed),
             Ok(n) => head.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
-    };
-    if !complete {
-        if head.len() >= MAX_REQUEST {
-            return respond(
-                &mut stream,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "request too large\n",
-                false,
-            );
-        }
-        return Ok(());
     }
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.trim_end().split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
+}
+
+/// The response to `method` on `path`: the metrics, a pointer to them, 404 or 405.
+fn answer(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    src: &Sources,
+    body: &mut String,
+) -> std::io::Result<()> {
     let head_only = method == "HEAD";
     if method != "GET" && !head_only {
         return respond(
-            &mut stream,
+            stream,
             "405 Method Not Allowed",
             "text/plain",
             "GET /metrics\n",
@@ -211,7 +236,7 @@ fn handle(
         "/metrics" => {
             metrics::render(src, body);
             respond(
-                &mut stream,
+                stream,
                 "200 OK",
                 "text/plain; version=0.0.4; charset=utf-8",
                 body,
@@ -219,14 +244,14 @@ fn handle(
             )
         }
         "/" => respond(
-            &mut stream,
+            stream,
             "200 OK",
             "text/plain; charset=utf-8",
             "rdma-ns exporter: metrics at /metrics\n",
             head_only,
         ),
         _ => respond(
-            &mut stream,
+            stream,
             "404 Not Found",
             "text/plain",
             "not found; try /metrics\n",
