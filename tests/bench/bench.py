@@ -19,6 +19,7 @@ import sys
 import time
 
 import env_bench
+import node_bench
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RDMA_NS = os.path.join(REPO, "target", "release", "rdma-ns")  # --plugin overrides
@@ -653,104 +654,6 @@ def verdict(ok):
 
 
 
-# ---------------------------------------------------------------- node: doctor and exporter
-
-def node_fixture(outdir):
-    """The fixture node (16 ib devices x 2 ports, 64 records), built by the library's own
-    fixture code (tests/bench/node_fixture.rs); untimed."""
-    fx = os.path.join(outdir, "node-fixture")
-    subprocess.run(["cargo", "run", "-q", "--features", "test-support", "--example", "node_fixture", "--", fx], cwd=REPO,
-                   check=True, stdout=subprocess.DEVNULL)
-    return fx
-
-
-def vm_rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return None
-
-
-def http_get(addr, path="/metrics"):
-    """One scrape as Prometheus does it: connect, GET, read to the server's close."""
-    import socket
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as c:
-        c.sendall(("GET %s HTTP/1.1\r\nHost: bench\r\n\r\n" % path).encode())
-        chunks = []
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            chunks.append(b)
-    return b"".join(chunks)
-
-
-def node_bench(outdir, doctor_runs, scrapes, out):
-    fx = node_fixture(outdir)
-    common = ["--sysfs", os.path.join(fx, "sys")]
-    doctor_args = [RDMA_NS, "doctor"] + common + [
-        "--dev", os.path.join(fx, "dev"), "--proc", os.path.join(fx, "proc"),
-        "--data-dir", os.path.join(fx, "data"), "--conf-dir", os.path.join(fx, "confs")]
-    doctor_ns = []
-    for _ in range(doctor_runs):
-        t0 = time.perf_counter_ns()
-        p = subprocess.run(doctor_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        doctor_ns.append(time.perf_counter_ns() - t0)
-        if p.returncode not in (0, 1, 2) or not p.stdout.endswith(b" FAIL\n"):
-            failures.append("doctor exited %d: %s" % (p.returncode, p.stderr.decode()[-300:]))
-    proc = subprocess.Popen([RDMA_NS, "exporter", "--listen", "127.0.0.1:0"] + common + [
-        "--data-dir", os.path.join(fx, "data")], stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    scrape_ns, rss, size = [], {}, None
-    try:
-        line = proc.stderr.readline().decode().strip()
-        addr = line.rsplit("http://", 1)[-1].rsplit("/metrics", 1)[0]
-        for i in range(1, scrapes + 1):
-            t0 = time.perf_counter_ns()
-            resp = http_get(addr)
-            scrape_ns.append(time.perf_counter_ns() - t0)
-            if not resp.startswith(b"HTTP/1.1 200 OK") or b"rdma_ns_attachment_info" not in resp:
-                failures.append("scrape %d: %r" % (i, resp[:200]))
-                break
-            if size is None:
-                size = len(resp)
-            if i in (100, scrapes):
-                rss[i] = vm_rss_kb(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            code = proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = None
-    if code != 0:
-        failures.append("exporter did not exit 0 on SIGTERM: %r" % code)
-    with open(os.path.join(outdir, "node.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["what", "i", "ns"])
-        w.writerows(("doctor", i, v) for i, v in enumerate(doctor_ns))
-        w.writerows(("scrape", i, v) for i, v in enumerate(scrape_ns))
-    out("")
-    out("node: 16 ib devices x 2 ports, 64 attachment records (fixture sysfs, --sysfs)")
-    if doctor_ns:
-        d = statistics.median(doctor_ns)
-        out("doctor wall, %d runs: median %.1f ms, max %.1f ms [target <= 200: %s]" % (
-            len(doctor_ns), ms(d), ms(max(doctor_ns)), verdict(max(doctor_ns) <= 200e6)))
-    if len(scrape_ns) >= 100:
-        m = statistics.median(scrape_ns[:100])
-        out("scrape (%d bytes), median of the first 100: %.2f ms, p95 %.2f ms "
-            "[target <= 10: %s]; median of all %d: %.2f ms" % (
-                size or 0, ms(m), ms(pct(scrape_ns[:100], 0.95)), verdict(m <= 10e6),
-                len(scrape_ns), ms(statistics.median(scrape_ns))))
-    if 100 in rss and scrapes in rss:
-        out("exporter RSS after scrape 100: %s kB, after %d: %s kB [target <= 5120 and no "
-            "growth: %s]" % (rss[100], scrapes, rss[scrapes],
-                             verdict(rss[scrapes] <= 5120 and rss[scrapes] <= rss[100])))
-
-
 def main():
     global RDMA_NS, PHASE_GAP
     ap = argparse.ArgumentParser()
@@ -834,7 +737,7 @@ def main():
             out("release binary: %d bytes (%.2f MiB)%s" % (
                 size, size / 2**20, ", stripped" if stripped else ", NOT stripped"))
         if "node" in only:
-            node_bench(outdir, doctor_runs, scrapes, out)
+            node_bench.run(RDMA_NS, REPO, outdir, doctor_runs, scrapes, out, failures)
     finally:
         samples.f.close()
         subprocess.run(["ip", "netns", "delete", HOST_NS_NAME], capture_output=True)

@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM.
-PKGS=(time containernetworking-plugins iproute2 python3)
+# time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM;
+# gcc and libc6-dev: the exporter scrape's floor (scrape_floor.c); strace: checks that the floor
+# reads the files a scrape reads.
+PKGS=(time containernetworking-plugins iproute2 python3 gcc libc6-dev strace)
 if [ "${1:-}" = --print-packages ]; then
   echo "${PKGS[*]}"
   exit 0
@@ -35,6 +37,7 @@ for p in host-device macvlan static; do
 done
 command -v ip >/dev/null || missing+=("ip (iproute2)")
 [ -x /usr/bin/python3 ] || missing+=("/usr/bin/python3 (python3)")
+command -v cc >/dev/null || missing+=("cc (gcc)")
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "benchmark prerequisites missing: ${missing[*]}" >&2
   exit 1
