@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
+use crate::attach::store::Store;
 use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::testutil::TempDir;
 
@@ -56,12 +57,6 @@ fn parse(text: &str) -> Parsed {
     let mut p = Parsed::default();
     let mut helped = std::collections::BTreeSet::new();
     let mut current: Option<String> = None;
-    let valid_name = |n: &str| {
-        !n.is_empty()
-            && n.bytes().enumerate().all(|(i, b)| {
-                b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit())
-            })
-    };
     assert!(text.ends_with('\n'), "the text ends with a newline");
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -86,50 +81,64 @@ fn parse(text: &str) -> Parsed {
             continue;
         }
         assert!(!line.starts_with('#'), "{line}");
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        let name = series.split('{').next().unwrap();
-        assert_eq!(
-            current.as_deref(),
-            Some(name),
-            "sample of another family: {line}"
-        );
-        if p.types[name] == "counter" {
-            assert!(name.ends_with("_total"), "counters end in _total: {name}");
-        }
-        if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
-            let inner = labels
-                .strip_prefix('{')
-                .and_then(|l| l.strip_suffix('}'))
-                .unwrap();
-            let mut chars = inner.chars().peekable();
-            while chars.peek().is_some() {
-                let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-                assert!(valid_name(&key) && !key.starts_with("__"), "{line}");
-                assert_eq!(chars.next(), Some('"'), "{line}");
-                loop {
-                    match chars.next() {
-                        Some('\\') => assert!(
-                            matches!(chars.next(), Some('\\' | '"' | 'n')),
-                            "bad escape: {line}"
-                        ),
-                        Some('"') => break,
-                        Some('\n') | None => panic!("unterminated label value: {line}"),
-                        Some(_) => {}
-                    }
-                }
-                match chars.next() {
-                    Some(',') | None => {}
-                    other => panic!("{other:?} after a label value: {line}"),
-                }
-            }
-        }
-        let v: f64 = value.parse().unwrap_or_else(|_| panic!("value: {line}"));
-        assert!(
-            p.samples.insert(series.to_string(), v).is_none(),
-            "duplicate {series}"
-        );
+        sample(&mut p, current.as_deref(), line);
     }
     p
+}
+
+/// A metric or label name: `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit())
+        })
+}
+
+/// A sample line of the family `current`, into `p.samples`.
+fn sample(p: &mut Parsed, current: Option<&str>, line: &str) {
+    let (series, value) = line.rsplit_once(' ').unwrap();
+    let name = series.split('{').next().unwrap();
+    assert_eq!(current, Some(name), "sample of another family: {line}");
+    if p.types[name] == "counter" {
+        assert!(name.ends_with("_total"), "counters end in _total: {name}");
+    }
+    if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+        let inner = labels
+            .strip_prefix('{')
+            .and_then(|l| l.strip_suffix('}'))
+            .unwrap();
+        check_labels(inner, line);
+    }
+    let v: f64 = value.parse().unwrap_or_else(|_| panic!("value: {line}"));
+    assert!(
+        p.samples.insert(series.to_string(), v).is_none(),
+        "duplicate {series}"
+    );
+}
+
+/// `k="v",...`: valid names, quoted values with only the three escapes.
+fn check_labels(inner: &str, line: &str) {
+    let mut chars = inner.chars().peekable();
+    while chars.peek().is_some() {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        assert!(valid_name(&key) && !key.starts_with("__"), "{line}");
+        assert_eq!(chars.next(), Some('"'), "{line}");
+        loop {
+            match chars.next() {
+                Some('\\') => assert!(
+                    matches!(chars.next(), Some('\\' | '"' | 'n')),
+                    "bad escape: {line}"
+                ),
+                Some('"') => break,
+                Some('\n') | None => panic!("unterminated label value: {line}"),
+                Some(_) => {}
+            }
+        }
+        match chars.next() {
+            Some(',') | None => {}
+            other => panic!("{other:?} after a label value: {line}"),
+        }
+    }
 }
 
 fn render_text(src: &Sources) -> String {
