@@ -111,17 +111,130 @@ fn is_plain_relative(p: &Path) -> bool {
 
 /// Entry names of a directory, sorted; an absent directory gives none.
 pub(crate) fn list_names(dir: &Path) -> io::Result<Vec<String>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
+    match open_dir(dir) {
+        Ok(d) => entry_names(&d),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens a directory for listing ([`entry_names`]) and for reading files relative to it.
+pub fn open_dir(dir: &Path) -> io::Result<fs::File> {
+    use nix::fcntl::{open, OFlag};
+    let fd = open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok(fs::File::from(fd))
+}
+
+/// The entry names of an open directory but `.` and `..`, sorted. Read with getdents64 into a
+/// buffer on the stack rather than through a C library DIR stream, whose buffer is a heap
+/// allocation per directory that musl's allocator maps and unmaps each time: a metrics scrape
+/// lists a hundred directories.
+pub fn entry_names(dir: &fs::File) -> io::Result<Vec<String>> {
     let mut names = Vec::new();
-    for entry in entries {
-        names.push(entry?.file_name().to_string_lossy().into_owned());
+    let mut buf = [0u8; 4096];
+    loop {
+        match getdents(dir, &mut buf)? {
+            0 => break,
+            len => dirent_names(&buf[..len], &mut names),
+        }
     }
     names.sort();
     Ok(names)
+}
+
+/// Calls `f` with each entry name of an open directory but `.` and `..`, in the order the
+/// kernel lists them (the same from one listing of an unchanged directory to the next), without
+/// allocating: the names stay in the buffer getdents64 wrote, on the stack. A directory too
+/// large for it is listed by [`entry_names`], sorted.
+pub fn for_each_entry(dir: &fs::File, mut f: impl FnMut(&str)) -> io::Result<()> {
+    let mut buf = [0u8; 16384];
+    let mut len = 0;
+    // Until getdents64 says the end (0); a full buffer means the directory is too large.
+    loop {
+        match getdents(dir, &mut buf[len..])? {
+            0 => break,
+            n => len += n,
+        }
+        if buf.len() - len < MAX_DIRENT {
+            return entry_names_from_start(dir).map(|names| names.iter().for_each(|n| f(n)));
+        }
+    }
+    for name in dirents(&buf[..len]).filter(|n| *n != b"." && *n != b"..") {
+        match std::str::from_utf8(name) {
+            Ok(name) => f(name),
+            Err(_) => f(&String::from_utf8_lossy(name)),
+        }
+    }
+    Ok(())
+}
+
+/// The largest record getdents64 writes: its 19-byte head and a 255-byte name with its NUL,
+/// rounded up to 8 bytes.
+const MAX_DIRENT: usize = 280;
+
+fn entry_names_from_start(dir: &fs::File) -> io::Result<Vec<String>> {
+    use std::io::Seek;
+    let mut d = dir;
+    d.seek(std::io::SeekFrom::Start(0))?;
+    entry_names(dir)
+}
+
+/// One getdents64 call into `buf`: the bytes written, 0 at the end of the directory.
+fn getdents(dir: &fs::File, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`, which outlives the
+        // call; the fd is an open directory borrowed for the call.
+        let n = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        match usize::try_from(n) {
+            Ok(len) => return Ok(len),
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// The names in a getdents64 answer, but `.` and `..`.
+fn dirent_names(records: &[u8], names: &mut Vec<String>) {
+    names.reserve(dirents(records).count());
+    for name in dirents(records) {
+        if name != b"." && name != b".." {
+            names.push(match std::str::from_utf8(name) {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+    }
+}
+
+/// The names of the records of a getdents64 answer, each a `struct linux_dirent64` (d_ino u64,
+/// d_off i64, d_reclen u16, d_type u8, then the NUL-terminated name).
+fn dirents(mut records: &[u8]) -> impl Iterator<Item = &[u8]> {
+    const NAME: usize = 19;
+    std::iter::from_fn(move || {
+        if records.len() <= NAME {
+            return None;
+        }
+        let reclen = usize::from(u16::from_ne_bytes([records[16], records[17]]));
+        let name = records.get(NAME..reclen)?.split(|b| *b == 0).next()?;
+        records = &records[reclen..];
+        Some(name)
+    })
 }
 
 #[cfg(test)]
@@ -177,5 +290,57 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         let err = root.pci_netdevs("../../etc").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn listing_takes_every_entry_across_getdents_calls_and_sorts_them() {
+        let dir = TempDir::new("sysfs-list");
+        let mut want: Vec<String> = (0..300)
+            .map(|i| format!("counter_with_a_long_name_{i:03}"))
+            .collect();
+        for n in &want {
+            fs::write(dir.path().join(n), "0\n").unwrap();
+        }
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        want.push("sub".into());
+        want.sort();
+        let root = SysRoot::new(dir.path());
+        // 300 names of 28 bytes do not fit one 4 KiB getdents64 answer.
+        assert_eq!(root.list_dir("").unwrap(), want);
+        assert_eq!(root.list_dir("absent").unwrap(), Vec::<String>::new());
+        let err = root.list_dir(&want[0]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(nix::libc::ENOTDIR));
+    }
+
+    #[test]
+    fn for_each_entry_gives_what_entry_names_does_in_the_kernels_order() {
+        for count in [3, 30, 1000] {
+            let dir = TempDir::new("sysfs-each");
+            for i in 0..count {
+                fs::write(
+                    dir.path()
+                        .join(format!("a_counter_name_of_some_length_{i:04}")),
+                    "0",
+                )
+                .unwrap();
+            }
+            let open = open_dir(dir.path()).unwrap();
+            let mut seen = Vec::new();
+            for_each_entry(&open, |n| seen.push(n.to_string())).unwrap();
+            let mut again = Vec::new();
+            for_each_entry(&open_dir(dir.path()).unwrap(), |n| {
+                again.push(n.to_string())
+            })
+            .unwrap();
+            assert_eq!(
+                again, seen,
+                "an unchanged directory lists in the same order"
+            );
+            let want = SysRoot::new(dir.path()).list_dir("").unwrap();
+            assert_eq!(want.len(), count);
+            // 1000 names of 38 bytes do not fit the 16 KiB it reads on the stack.
+            seen.sort();
+            assert_eq!(seen, want, "{count} entries");
+        }
     }
 }
