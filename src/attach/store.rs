@@ -194,7 +194,7 @@ impl Store {
                 Err(e) => errors.push(e),
             }
         }
-        found.sort_by_key(Attachment::id);
+        found.sort_by_cached_key(Attachment::id);
         Ok((found, errors))
     }
 
