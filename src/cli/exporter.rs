@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::stop::Stop;
 use rdma_ns::kernel::sysfs::SysRoot;
-use rdma_ns::node::metrics::{self, Sources};
+use rdma_ns::node::metrics::{Scraper, Sources};
 
 /// The request head (request line and headers) a scrape needs fits easily; anything longer is
 /// refused with 431 before it is read further.
@@ -79,7 +79,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
         listener.local_addr().unwrap_or(addr)
     );
     let src = Sources { sys, data_dirs };
-    match serve(&listener, stop.fd(), &src) {
+    match serve(&listener, stop.fd(), src) {
         Ok(()) => {
             eprintln!("rdma-ns exporter: stopped by signal");
             ExitCode::SUCCESS
@@ -106,11 +106,12 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 
 /// Serves until `stop` becomes readable. Errors of one connection are logged and the loop goes
 /// on; only a failing listener ends it.
-pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: &Sources) -> std::io::Result<()> {
+pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: Sources) -> std::io::Result<()> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     // Reused between scrapes: the text has about the same size every time, so after the first
     // scrape no buffer grows.
     let mut body = String::new();
+    let mut scraper = Scraper::new(src);
     let mut head = Vec::with_capacity(MAX_REQUEST);
     loop {
         let mut fds = [
@@ -137,7 +138,7 @@ pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: &Sources) -> std
                 continue;
             }
         };
-        if let Err(e) = handle(stream, src, &mut head, &mut body) {
+        if let Err(e) = handle(stream, &mut scraper, &mut head, &mut body) {
             eprintln!("rdma-ns exporter: {peer}: {e}");
         }
     }
@@ -155,12 +156,12 @@ enum Head {
 
 fn handle(
     mut stream: TcpStream,
-    src: &Sources,
+    scraper: &mut Scraper,
     head: &mut Vec<u8>,
     body: &mut String,
 ) -> std::io::Result<()> {
-    // The response goes out as a header write and a body write: with Nagle's algorithm the
-    // body's last segment would wait for the client's delayed ACK of the previous one.
+    // A response larger than the socket's buffer goes out in several writes: with Nagle's
+    // algorithm the last segment would wait for the client's delayed ACK of the previous one.
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -182,7 +183,7 @@ fn handle(
     let mut parts = line.trim_end().split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    answer(&mut stream, method, path, src, body)
+    answer(&mut stream, method, path, scraper, body)
 }
 
 /// Reads into `head` until the blank line that ends it, within the size cap and the deadline
@@ -219,7 +220,7 @@ fn answer(
     stream: &mut TcpStream,
     method: &str,
     path: &str,
-    src: &Sources,
+    scraper: &mut Scraper,
     body: &mut String,
 ) -> std::io::Result<()> {
     let head_only = method == "HEAD";
@@ -234,7 +235,7 @@ fn answer(
     }
     match path {
         "/metrics" => {
-            metrics::render(src, body);
+            scraper.render(body);
             respond(
                 stream,
                 "200 OK",
@@ -271,11 +272,26 @@ fn respond(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(header.as_bytes())?;
-    if !head_only {
-        stream.write_all(body.as_bytes())?;
-    }
+    let body = if head_only { "" } else { body };
+    write_all_vectored(stream, [header.as_bytes(), body.as_bytes()])?;
     stream.flush()
+}
+
+/// Writes both parts in as few writev(2) calls as the socket takes: header and body leave in
+/// one go, so the client is woken for the response once rather than for its header first.
+fn write_all_vectored(stream: &mut TcpStream, mut parts: [&[u8]; 2]) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    while !parts[0].is_empty() || !parts[1].is_empty() {
+        let n = match stream.write_vectored(&[IoSlice::new(parts[0]), IoSlice::new(parts[1])]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let first = n.min(parts[0].len());
+        parts = [&parts[0][first..], &parts[1][n - first..]];
+    }
+    Ok(())
 }
 
 #[cfg(test)]

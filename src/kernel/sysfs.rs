@@ -6,6 +6,7 @@
 //! The host's /sys is tagged with the host's netns (it was mounted there): it answers questions
 //! about host devices and PCI topology, never about what is inside a pod.
 
+use std::ffi::CStr;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -146,12 +147,14 @@ pub fn entry_names(dir: &fs::File) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
-/// Calls `f` with each entry name of an open directory but `.` and `..`, in the order the
-/// kernel lists them (the same from one listing of an unchanged directory to the next), without
-/// allocating: the names stay in the buffer getdents64 wrote, on the stack. A directory too
-/// large for it is listed by [`entry_names`], sorted.
-pub fn for_each_entry(dir: &fs::File, mut f: impl FnMut(&str)) -> io::Result<()> {
-    let mut buf = [0u8; 16384];
+/// Calls `f` with each entry name of an open directory but `.` and `..` (as text, and with its
+/// NUL for openat), in the order the kernel lists them (the same from one listing of an
+/// unchanged directory to the next), without allocating: the names stay in the buffer
+/// getdents64 wrote, on the stack. A directory too large for it is listed by
+/// [`entry_names`], sorted.
+pub fn for_each_entry(dir: &fs::File, mut f: impl FnMut(&str, &CStr)) -> io::Result<()> {
+    // Room for about a hundred counters' names.
+    let mut buf = [0u8; 4096];
     let mut len = 0;
     // Until getdents64 says the end (0); a full buffer means the directory is too large.
     loop {
@@ -160,14 +163,27 @@ pub fn for_each_entry(dir: &fs::File, mut f: impl FnMut(&str)) -> io::Result<()>
             n => len += n,
         }
         if buf.len() - len < MAX_DIRENT {
-            return entry_names_from_start(dir).map(|names| names.iter().for_each(|n| f(n)));
+            return for_each_name(&entry_names_from_start(dir)?, f);
         }
     }
-    for name in dirents(&buf[..len]).filter(|n| *n != b"." && *n != b"..") {
-        match std::str::from_utf8(name) {
-            Ok(name) => f(name),
-            Err(_) => f(&String::from_utf8_lossy(name)),
+    for name in dirent_cstrs(&buf[..len]) {
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
         }
+        match std::str::from_utf8(bytes) {
+            Ok(text) => f(text, name),
+            Err(_) => f(&String::from_utf8_lossy(bytes), name),
+        }
+    }
+    Ok(())
+}
+
+fn for_each_name(names: &[String], mut f: impl FnMut(&str, &CStr)) -> io::Result<()> {
+    for name in names {
+        // A name the kernel listed has no NUL in it.
+        let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+        f(name, &c);
     }
     Ok(())
 }
@@ -224,14 +240,20 @@ fn dirent_names(records: &[u8], names: &mut Vec<String>) {
 
 /// The names of the records of a getdents64 answer, each a `struct linux_dirent64` (d_ino u64,
 /// d_off i64, d_reclen u16, d_type u8, then the NUL-terminated name).
-fn dirents(mut records: &[u8]) -> impl Iterator<Item = &[u8]> {
+fn dirents(records: &[u8]) -> impl Iterator<Item = &[u8]> {
+    dirent_cstrs(records).map(CStr::to_bytes)
+}
+
+/// The same names with their NUL, as the kernel wrote them: they can be handed to openat
+/// without a copy.
+fn dirent_cstrs(mut records: &[u8]) -> impl Iterator<Item = &CStr> {
     const NAME: usize = 19;
     std::iter::from_fn(move || {
         if records.len() <= NAME {
             return None;
         }
         let reclen = usize::from(u16::from_ne_bytes([records[16], records[17]]));
-        let name = records.get(NAME..reclen)?.split(|b| *b == 0).next()?;
+        let name = CStr::from_bytes_until_nul(records.get(NAME..reclen)?).ok()?;
         records = &records[reclen..];
         Some(name)
     })
@@ -326,9 +348,9 @@ mod tests {
             }
             let open = open_dir(dir.path()).unwrap();
             let mut seen = Vec::new();
-            for_each_entry(&open, |n| seen.push(n.to_string())).unwrap();
+            for_each_entry(&open, |n, _| seen.push(n.to_string())).unwrap();
             let mut again = Vec::new();
-            for_each_entry(&open_dir(dir.path()).unwrap(), |n| {
+            for_each_entry(&open_dir(dir.path()).unwrap(), |n, _| {
                 again.push(n.to_string())
             })
             .unwrap();
@@ -338,7 +360,7 @@ mod tests {
             );
             let want = SysRoot::new(dir.path()).list_dir("").unwrap();
             assert_eq!(want.len(), count);
-            // 1000 names of 38 bytes do not fit the 16 KiB it reads on the stack.
+            // 1000 names of 38 bytes do not fit the 4 KiB it reads on the stack.
             seen.sort();
             assert_eq!(seen, want, "{count} entries");
         }

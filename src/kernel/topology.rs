@@ -30,6 +30,8 @@ pub mod fixtures;
 pub mod node;
 mod pci;
 pub mod pod;
+mod scrape;
+pub use scrape::{CounterDir, ScrapeSink};
 
 use std::fmt;
 use std::io;

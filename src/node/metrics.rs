@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use crate::kernel::sysfs::SysRoot;
 use crate::kernel::topology::RdmaSysfs;
 use attachments::Records;
-use ports::PortCounters;
+use ports::PortText;
 pub use text::escape_label_value;
 use text::{Family, FamilyText};
 
@@ -27,30 +27,48 @@ pub struct Sources {
     pub data_dirs: Vec<PathBuf>,
 }
 
-/// Renders every metric into `out` (cleared first; its capacity is kept between scrapes).
-/// Read errors do not stop a scrape: they are counted in `rdma_ns_exporter_read_errors`.
-pub fn render(src: &Sources, out: &mut String) {
-    out.clear();
-    let started = std::time::Instant::now();
-    let ports = PortCounters::read(&RdmaSysfs::new(&src.sys));
-    let records = Records::read(&src.data_dirs);
-    ports.write_to(out);
-    records.write_to(out);
-    let unreadable = Family::gauge(
-        "rdma_ns_records_unreadable",
-        "Attachment records that could not be read (rdma-ns doctor names them).",
-    );
-    FamilyText::new(out, &unreadable).sample("", None, records.unreadable as u64);
-    let errors = Family::gauge(
-        "rdma_ns_exporter_read_errors",
-        "sysfs reads that failed during this scrape (missing counters of a device included).",
-    );
-    FamilyText::new(out, &errors).sample("", None, ports.errors);
-    let took = Family::gauge(
-        "rdma_ns_exporter_render_seconds",
-        "How long reading sysfs and the records and rendering this text took.",
-    );
-    FamilyText::new(out, &took).seconds(started.elapsed());
+/// Renders the metrics, scrape after scrape. It keeps the port families' text buffers from one
+/// scrape for the next, so a scrape allocates nothing per counter.
+pub struct Scraper {
+    src: Sources,
+    ports: PortText,
+    records: Records,
+}
+
+impl Scraper {
+    pub fn new(src: Sources) -> Scraper {
+        Scraper {
+            src,
+            ports: PortText::new(),
+            records: Records::default(),
+        }
+    }
+
+    /// Renders every metric into `out` (cleared first). Read errors do not stop a scrape:
+    /// they are counted in `rdma_ns_exporter_read_errors`.
+    pub fn render(&mut self, out: &mut String) {
+        out.clear();
+        let started = std::time::Instant::now();
+        self.ports.read(&RdmaSysfs::new(&self.src.sys));
+        self.records.read(&self.src.data_dirs);
+        self.ports.write_to(out);
+        self.records.write_to(out);
+        let unreadable = Family::gauge(
+            "rdma_ns_records_unreadable",
+            "Attachment records that could not be read (rdma-ns doctor names them).",
+        );
+        FamilyText::new(out, &unreadable).sample("", self.records.unreadable as u64);
+        let errors = Family::gauge(
+            "rdma_ns_exporter_read_errors",
+            "sysfs reads that failed during this scrape (missing counters of a device included).",
+        );
+        FamilyText::new(out, &errors).sample("", self.ports.errors);
+        let took = Family::gauge(
+            "rdma_ns_exporter_render_seconds",
+            "How long reading sysfs and the records and rendering this text took.",
+        );
+        FamilyText::new(out, &took).seconds(started.elapsed());
+    }
 }
 
 #[cfg(test)]

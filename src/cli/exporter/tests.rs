@@ -31,7 +31,7 @@ impl Server {
         };
         let (tx, done) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(serve(&listener, read.as_fd(), &src));
+            let _ = tx.send(serve(&listener, read.as_fd(), src));
         });
         Server { addr, wake, done }
     }

@@ -133,9 +133,9 @@ pub(super) fn open_dir(path: &Path) -> io::Result<fs::File> {
 /// not fill the buffer has it all; the read to EOF that read_to_string adds would be one more
 /// syscall per attribute. Opening relative to the directory spares the walk of the class
 /// symlink and every component of the full path for each attribute.
-pub(super) fn read_once_at(
+pub(super) fn read_once_at<P: ?Sized + nix::NixPath>(
     dir: &fs::File,
-    name: &str,
+    name: &P,
     buf: &mut [u8],
 ) -> io::Result<(fs::File, usize)> {
     use std::io::Read;

@@ -18,29 +18,27 @@ const GID_INFO: Family = Family::gauge(
 );
 
 /// The records of every data dir, and how many could not be read.
+#[derive(Default)]
 pub(super) struct Records {
     records: Vec<Attachment>,
     pub(super) unreadable: usize,
 }
 
 impl Records {
-    pub(super) fn read(data_dirs: &[PathBuf]) -> Records {
-        let mut all = Records {
-            records: Vec::new(),
-            unreadable: 0,
-        };
+    pub(super) fn read(&mut self, data_dirs: &[PathBuf]) {
+        self.records.clear();
+        self.unreadable = 0;
         for dir in data_dirs {
             let (records, errors) = Store::new(dir).list_all();
-            all.unreadable += errors.len();
-            all.records.extend(records);
+            self.unreadable += errors.len();
+            self.records.extend(records);
         }
-        all
     }
 
     pub(super) fn write_to(&self, out: &mut String) {
         let mut f = FamilyText::new(out, &INFO);
         for a in &self.records {
-            f.sample(&info_labels(a), None, 1);
+            f.sample(&info_labels(a), 1);
         }
         let mut f = FamilyText::new(out, &GID_INFO);
         for a in &self.records {
@@ -58,7 +56,7 @@ impl Records {
                     ("gid_type", &g.gid_type),
                     ("ip", &ip),
                 ]);
-                f.sample(&gid, None, 1);
+                f.sample(&gid, 1);
             }
         }
     }

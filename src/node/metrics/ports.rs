@@ -1,205 +1,197 @@
 //! The port metrics: each port's state and rate, its PMA and driver counters, and each
-//! device's own driver counters, read in one pass over sysfs and then written family by
-//! family.
+//! device's own driver counters. Samples are written as sysfs is read, each into its family's
+//! body (a [`ScrapeSink`]); the families are put together at the end. The bodies are kept
+//! between scrapes, so a scrape allocates nothing per counter.
 
-use super::text::{labels, Family, FamilyText};
-use crate::kernel::topology::node::{Counters, PortInfo};
-use crate::kernel::topology::RdmaSysfs;
+use super::text::{counter_head, push_counter, push_labels, push_sample, Family};
+use crate::kernel::topology::node::PortInfo;
+use crate::kernel::topology::{CounterDir, RdmaSysfs, ScrapeSink};
 use crate::node::values::{link_layer_name, rate_mbps};
 
-const INFO: Family = Family::gauge(
-    "rdma_port_info",
-    "An ib device port: link layer, state, physical state, rate and netdev (always 1).",
-);
+const INFO: usize = 0;
+const STATE: usize = 1;
+const PHYS_STATE: usize = 2;
+const RATE: usize = 3;
+const PMA: usize = 8;
+const PORT_HW: usize = 9;
+const DEVICE_HW: usize = 10;
 
-/// The PMA data counters: they count 4-octet words, and packets.
-const XMIT_DATA: &str = "port_xmit_data";
-const RCV_DATA: &str = "port_rcv_data";
-const XMIT_PACKETS: &str = "port_xmit_packets";
-const RCV_PACKETS: &str = "port_rcv_packets";
-
-/// A port's value in a family of one sample per port (None: no sample).
-type PortValue = fn(&PortReading) -> Option<u64>;
-
-/// The families of one sample per port, labelled with its device and port, and the port's
-/// value. The PMA data counters get a family each, in base units.
-const PER_PORT: [(Family, PortValue); 7] = [
-    (
-        Family::gauge(
-            "rdma_port_state",
-            "Port state number from sysfs (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).",
-        ),
-        |p| Some(p.brief.port.state.num.into()),
+/// The families, in the order of the text.
+const FAMILIES: [Family; 11] = [
+    Family::gauge(
+        "rdma_port_info",
+        "An ib device port: link layer, state, physical state, rate and netdev (always 1).",
     ),
-    (
-        Family::gauge(
-            "rdma_port_phys_state",
-            "Physical port state number from sysfs (5 LinkUp, 3 Disabled, 2 Polling).",
-        ),
-        |p| Some(p.brief.port.phys_state.num.into()),
+    Family::gauge(
+        "rdma_port_state",
+        "Port state number from sysfs (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).",
     ),
-    (
-        Family::gauge(
-            "rdma_port_rate_bits_per_second",
-            "Port rate from sysfs, in bits per second.",
-        ),
-        |p| Some(rate_mbps(p.brief.rate.as_deref()?)? * 1_000_000),
+    Family::gauge(
+        "rdma_port_phys_state",
+        "Physical port state number from sysfs (5 LinkUp, 3 Disabled, 2 Polling).",
     ),
-    (
-        Family::counter(
-            "rdma_port_transmit_bytes_total",
-            "Bytes sent by the port (PMA port_xmit_data, which counts 4-octet words, times 4).",
-        ),
-        |p| Some(p.pma.get(XMIT_DATA)?.saturating_mul(4)),
+    Family::gauge(
+        "rdma_port_rate_bits_per_second",
+        "Port rate from sysfs, in bits per second.",
     ),
-    (
-        Family::counter(
-            "rdma_port_receive_bytes_total",
-            "Bytes received by the port (PMA port_rcv_data, which counts 4-octet words, times 4).",
-        ),
-        |p| Some(p.pma.get(RCV_DATA)?.saturating_mul(4)),
+    Family::counter(
+        "rdma_port_transmit_bytes_total",
+        "Bytes sent by the port (PMA port_xmit_data, which counts 4-octet words, times 4).",
     ),
-    (
-        Family::counter(
-            "rdma_port_transmit_packets_total",
-            "Packets sent by the port (PMA port_xmit_packets).",
-        ),
-        |p| p.pma.get(XMIT_PACKETS),
+    Family::counter(
+        "rdma_port_receive_bytes_total",
+        "Bytes received by the port (PMA port_rcv_data, which counts 4-octet words, times 4).",
     ),
-    (
-        Family::counter(
-            "rdma_port_receive_packets_total",
-            "Packets received by the port (PMA port_rcv_packets).",
-        ),
-        |p| p.pma.get(RCV_PACKETS),
+    Family::counter(
+        "rdma_port_transmit_packets_total",
+        "Packets sent by the port (PMA port_xmit_packets).",
+    ),
+    Family::counter(
+        "rdma_port_receive_packets_total",
+        "Packets received by the port (PMA port_rcv_packets).",
+    ),
+    Family::counter(
+        "rdma_port_counter_total",
+        "Other PMA port counters (ports/N/counters), raw; `counter` names the sysfs file.",
+    ),
+    Family::counter(
+        "rdma_port_hw_counter_total",
+        "Driver port counters (ports/N/hw_counters), raw; `counter` names the sysfs file.",
+    ),
+    Family::counter(
+        "rdma_device_hw_counter_total",
+        "Driver device-wide counters (hw_counters), raw; `counter` names the sysfs file.",
     ),
 ];
 
-/// The families of one sample per counter file: the other PMA counters, the driver's port
-/// counters, the driver's device-wide counters.
-const PMA: Family = Family::counter(
-    "rdma_port_counter_total",
-    "Other PMA port counters (ports/N/counters), raw; `counter` names the sysfs file.",
-);
-const PORT_HW: Family = Family::counter(
-    "rdma_port_hw_counter_total",
-    "Driver port counters (ports/N/hw_counters), raw; `counter` names the sysfs file.",
-);
-const DEVICE_HW: Family = Family::counter(
-    "rdma_device_hw_counter_total",
-    "Driver device-wide counters (hw_counters), raw; `counter` names the sysfs file.",
-);
+/// The PMA counters with a family of their own, and the factor to its base unit: the data
+/// counters count 4-octet words.
+const DATA_COUNTERS: [(&str, usize, u64); 4] = [
+    ("port_xmit_data", 4, 4),
+    ("port_rcv_data", 5, 4),
+    ("port_xmit_packets", 6, 1),
+    ("port_rcv_packets", 7, 1),
+];
 
-/// One port as this scrape read it.
-struct PortReading {
-    brief: PortInfo,
-    /// `device="…",port="…"`, the labels every sample of the port starts with.
-    labels: String,
-    pma: Counters,
-    hw: Counters,
-}
-
-/// Every port and device counter of the node, read once per scrape.
-pub(super) struct PortCounters {
-    ports: Vec<PortReading>,
-    /// `device="…"` and the device-wide counters, per device.
-    devices: Vec<(String, Counters)>,
-    /// sysfs reads that failed (a missing counter of a device included).
+/// The port families' text of one scrape.
+pub(super) struct PortText {
+    bodies: [String; 11],
+    /// The ib device of the port being read.
+    device: String,
+    /// `device="…",port="…"` of the port being read.
+    port_labels: String,
+    /// What the samples of a counter file start with, up to the file's name, per counter
+    /// family (`rdma_port_counter_total{device="…",port="…",counter="`).
+    heads: [String; 3],
+    /// sysfs reads that failed (a counter directory, a counter file).
     pub(super) errors: u64,
 }
 
-impl PortCounters {
-    pub(super) fn read(topo: &RdmaSysfs<'_>) -> PortCounters {
-        let mut node = PortCounters {
-            ports: Vec::new(),
-            devices: Vec::new(),
+impl PortText {
+    pub(super) fn new() -> PortText {
+        PortText {
+            bodies: Default::default(),
+            device: String::new(),
+            port_labels: String::new(),
+            heads: Default::default(),
             errors: 0,
-        };
-        let ports = topo.port_infos().unwrap_or_else(|_| {
-            node.errors += 1;
-            Vec::new()
-        });
-        for brief in ports {
-            let dev = brief.ibdev.as_str();
-            // Device-wide counters once per device (ports come grouped by device).
-            if node.ports.last().map(|p| p.brief.ibdev.as_str()) != Some(dev) {
-                let counters = node.counted(topo.device_hw_counters(dev));
-                node.devices.push((labels(&[("device", dev)]), counters));
-            }
-            let pma = node.counted(topo.port_counters(dev, brief.port.index));
-            let hw = node.counted(topo.port_hw_counters(dev, brief.port.index));
-            node.ports.push(PortReading {
-                labels: labels(&[("device", dev), ("port", &brief.port.index.to_string())]),
-                brief,
-                pma,
-                hw,
-            });
         }
-        node
     }
 
-    /// The counters read, their unreadable files and a failed directory counted as errors.
-    fn counted(&mut self, read: std::io::Result<Counters>) -> Counters {
-        match read {
-            Ok(c) => {
-                self.errors += c.unreadable.len() as u64;
-                c
-            }
-            Err(_) => {
-                self.errors += 1;
-                Counters::default()
-            }
+    /// Reads every port of the node into the families. A port whose state cannot be read
+    /// leaves no port metric and one error, as the node's topology cannot be read then.
+    pub(super) fn read(&mut self, topo: &RdmaSysfs<'_>) {
+        self.bodies.iter_mut().for_each(String::clear);
+        self.device.clear();
+        self.errors = 0;
+        if topo.scrape(self).is_err() {
+            self.bodies.iter_mut().for_each(String::clear);
+            self.errors = 1;
         }
     }
 
     pub(super) fn write_to(&self, out: &mut String) {
-        self.write_info(out);
-        for (family, value) in &PER_PORT {
-            let mut f = FamilyText::new(out, family);
-            for p in &self.ports {
-                if let Some(v) = value(p) {
-                    f.sample(&p.labels, None, v);
-                }
-            }
+        for (family, body) in FAMILIES.iter().zip(&self.bodies) {
+            family.write(out, body);
         }
-        let data = [XMIT_DATA, RCV_DATA, XMIT_PACKETS, RCV_PACKETS];
-        let mut f = FamilyText::new(out, &PMA);
-        for p in &self.ports {
-            for (name, v) in &p.pma.values {
-                if !data.contains(&name.as_str()) {
-                    f.sample(&p.labels, Some(("counter", name)), *v);
-                }
-            }
+    }
+}
+
+impl ScrapeSink for PortText {
+    fn port(&mut self, p: &PortInfo) {
+        if self.device != p.ibdev {
+            self.device.clone_from(&p.ibdev);
+            let head = &mut self.heads[DEVICE_HW - PMA];
+            head.clear();
+            counter_head(head, FAMILIES[DEVICE_HW].name(), &[("device", &p.ibdev)]);
         }
-        let mut f = FamilyText::new(out, &PORT_HW);
-        for p in &self.ports {
-            for (name, v) in &p.hw.values {
-                f.sample(&p.labels, Some(("counter", name)), *v);
-            }
+        let port = p.port.index.to_string();
+        let labels = [("device", p.ibdev.as_str()), ("port", &port)];
+        self.port_labels.clear();
+        push_labels(&mut self.port_labels, &labels);
+        for family in [PMA, PORT_HW] {
+            let head = &mut self.heads[family - PMA];
+            head.clear();
+            counter_head(head, FAMILIES[family].name(), &labels);
         }
-        let mut f = FamilyText::new(out, &DEVICE_HW);
-        for (labels, counters) in &self.devices {
-            for (name, v) in &counters.values {
-                f.sample(labels, Some(("counter", name)), *v);
+        let info = &mut self.bodies[INFO];
+        info.push_str(FAMILIES[INFO].name());
+        info.push('{');
+        info.push_str(&self.port_labels);
+        info.push(',');
+        push_labels(
+            info,
+            &[
+                ("link_layer", link_layer_name(&p.port.link_layer)),
+                ("state", &p.port.state.to_string()),
+                ("phys_state", &p.port.phys_state.to_string()),
+                ("rate", p.rate.as_deref().unwrap_or("")),
+                (
+                    "netdev",
+                    p.netdevs.first().map(String::as_str).unwrap_or(""),
+                ),
+            ],
+        );
+        info.push_str("} 1\n");
+        let gauges = [
+            (STATE, Some(u64::from(p.port.state.num))),
+            (PHYS_STATE, Some(u64::from(p.port.phys_state.num))),
+            (
+                RATE,
+                p.rate.as_deref().and_then(rate_mbps).map(|m| m * 1_000_000),
+            ),
+        ];
+        for (family, value) in gauges {
+            if let Some(v) = value {
+                let name = FAMILIES[family].name();
+                push_sample(&mut self.bodies[family], name, &self.port_labels, v);
             }
         }
     }
 
-    fn write_info(&self, out: &mut String) {
-        let mut f = FamilyText::new(out, &INFO);
-        for p in &self.ports {
-            let b = &p.brief;
-            let info = labels(&[
-                ("link_layer", link_layer_name(&b.port.link_layer)),
-                ("state", &b.port.state.to_string()),
-                ("phys_state", &b.port.phys_state.to_string()),
-                ("rate", b.rate.as_deref().unwrap_or("")),
-                (
-                    "netdev",
-                    b.netdevs.first().map(String::as_str).unwrap_or(""),
-                ),
-            ]);
-            f.sample(&format!("{},{info}", p.labels), None, 1);
-        }
+    fn counter(&mut self, dir: CounterDir, name: &str, value: u64) {
+        let family = match dir {
+            CounterDir::Pma => {
+                if let Some((_, family, factor)) = DATA_COUNTERS.iter().find(|(n, ..)| *n == name) {
+                    let body = &mut self.bodies[*family];
+                    let v = value.saturating_mul(*factor);
+                    push_sample(body, FAMILIES[*family].name(), &self.port_labels, v);
+                    return;
+                }
+                PMA
+            }
+            CounterDir::PortHw => PORT_HW,
+            CounterDir::DeviceHw => DEVICE_HW,
+        };
+        push_counter(
+            &mut self.bodies[family],
+            &self.heads[family - PMA],
+            name,
+            value,
+        );
+    }
+
+    fn unreadable(&mut self, _: CounterDir, _: Option<&str>, _: &str) {
+        self.errors += 1;
     }
 }

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::attach::store::Store;
 use crate::kernel::topology::fixtures::SysfsFixture;
+use crate::kernel::topology::{CounterDir, RdmaSysfs, ScrapeSink};
 use crate::testutil::TempDir;
 
 const PF_PORT: &str = "devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/infiniband/mlx5_0/ports/1";
@@ -143,7 +144,7 @@ fn check_labels(inner: &str, line: &str) {
 
 fn render_text(src: &Sources) -> String {
     let mut out = String::new();
-    render(src, &mut out);
+    Scraper::new(src.clone()).render(&mut out);
     out
 }
 
@@ -279,11 +280,51 @@ fn escaping_is_exactly_backslash_quote_newline() {
     assert_eq!(s, "a\\\\b\\\"c\\nd\te");
 }
 
+/// The ports a scrape hands over, and the counters of each in order.
+#[derive(Default)]
+struct Seen(
+    Vec<crate::kernel::topology::node::PortInfo>,
+    Vec<(CounterDir, String)>,
+);
+impl ScrapeSink for Seen {
+    fn port(&mut self, port: &crate::kernel::topology::node::PortInfo) {
+        self.0.push(port.clone());
+    }
+    fn counter(&mut self, dir: CounterDir, name: &str, _: u64) {
+        self.1.push((dir, name.to_string()));
+    }
+    fn unreadable(&mut self, _: CounterDir, name: Option<&str>, why: &str) {
+        panic!("{name:?}: {why}");
+    }
+}
+
 #[test]
-fn port_infos_agree_with_the_full_topology_reader() {
+fn the_scrape_reader_agrees_with_the_full_topology_reader() {
     let fx = SysfsFixture::all().unwrap();
+    counters(&fx, 1000, 7);
     let topo = RdmaSysfs::new(fx.root());
-    let brief = topo.port_infos().unwrap();
+    let mut seen = Seen::default();
+    topo.scrape(&mut seen).unwrap();
+    let mut pma: Vec<&str> = seen
+        .1
+        .iter()
+        .filter(|(d, _)| *d == CounterDir::Pma)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    pma.sort_unstable();
+    assert_eq!(
+        pma,
+        [
+            "link_downed",
+            "port_rcv_data",
+            "port_rcv_packets",
+            "port_xmit_data",
+            "port_xmit_packets",
+            "symbol_error"
+        ],
+        "every PMA counter once"
+    );
+    let brief = seen.0;
     let full: Vec<_> = topo
         .devices()
         .unwrap()

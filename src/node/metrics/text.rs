@@ -26,6 +26,24 @@ impl Family {
             help,
         }
     }
+
+    pub(super) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The family with `body`, its samples; nothing when it has none.
+    pub(super) fn write(&self, out: &mut String, body: &str) {
+        if body.is_empty() {
+            return;
+        }
+        self.header(out);
+        out.push_str(body);
+    }
+
+    fn header(&self, out: &mut String) {
+        let Family { name, kind, help } = self;
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
 }
 
 /// One family being written into the text. The header goes out with the first sample, so a
@@ -45,45 +63,30 @@ impl<'o> FamilyText<'o> {
         }
     }
 
-    /// A sample whose labels are `labels` (already written as `k="v",...`, escaped; empty for
-    /// none) and, when given, one more label after them.
-    pub(super) fn sample(&mut self, labels: &str, more: Option<(&str, &str)>, value: u64) {
-        self.series(labels, more);
-        push_u64(self.out, value);
-        self.out.push('\n');
+    /// A sample whose labels are `labels`, already written as `k="v",...` and escaped (empty
+    /// for none).
+    pub(super) fn sample(&mut self, labels: &str, value: u64) {
+        self.header();
+        push_sample(self.out, self.family.name, labels, value);
     }
 
     /// A sample of a gauge in seconds, without labels.
     pub(super) fn seconds(&mut self, value: std::time::Duration) {
-        self.series("", None);
-        let _ = writeln!(self.out, "{}", value.as_secs_f64());
+        self.header();
+        let _ = writeln!(self.out, "{} {}", self.family.name, value.as_secs_f64());
     }
 
-    /// The header before the family's first sample, then `name{labels} `.
-    fn series(&mut self, labels: &str, more: Option<(&str, &str)>) {
+    /// HELP and TYPE, before the family's first sample.
+    fn header(&mut self) {
         if !self.started {
             self.started = true;
-            let Family { name, kind, help } = self.family;
-            let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            self.family.header(self.out);
         }
-        self.out.push_str(self.family.name);
-        if !labels.is_empty() || more.is_some() {
-            self.out.push('{');
-            self.out.push_str(labels);
-            if let Some((k, v)) = more {
-                if !labels.is_empty() {
-                    self.out.push(',');
-                }
-                push_label(self.out, k, v);
-            }
-            self.out.push('}');
-        }
-        self.out.push(' ');
     }
 }
 
-/// A number in decimal: a scrape writes thousands, and this spares each the formatting
-/// machinery.
+/// A number in decimal. Pushed a digit at a time: a scrape writes thousands of numbers, and
+/// musl's memcpy, behind `push_str`, costs more for a few bytes than pushing them one by one.
 fn push_u64(out: &mut String, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
@@ -95,34 +98,70 @@ fn push_u64(out: &mut String, mut v: u64) {
             break;
         }
     }
-    out.extend(digits[start..].iter().map(|d| char::from(*d)));
+    for d in &digits[start..] {
+        out.push(char::from(*d));
+    }
 }
 
-/// `k="v",...` with every value escaped: what [`FamilyText::sample`] takes.
+/// `name{labels} value`, a line; `labels` already written as `k="v",...` and escaped (empty for
+/// none).
+pub(super) fn push_sample(out: &mut String, name: &str, labels: &str, value: u64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        out.push_str(labels);
+        out.push('}');
+    }
+    out.push(' ');
+    push_u64(out, value);
+    out.push('\n');
+}
+
+/// What every sample of a counter directory's files starts with: `name{labels,counter="`.
+pub(super) fn counter_head(out: &mut String, name: &str, labels: &[(&str, &str)]) {
+    out.push_str(name);
+    out.push('{');
+    push_labels(out, labels);
+    if !labels.is_empty() {
+        out.push(',');
+    }
+    out.push_str("counter=\"");
+}
+
+/// `head` (see [`counter_head`]), the file's name and its value: a line.
+pub(super) fn push_counter(out: &mut String, head: &str, file: &str, value: u64) {
+    out.push_str(head);
+    escape_label_value(out, file);
+    out.push('"');
+    out.push('}');
+    out.push(' ');
+    push_u64(out, value);
+    out.push('\n');
+}
+
+/// `k="v",...` with every value escaped: what [`push_sample`] takes.
 pub(super) fn labels(pairs: &[(&str, &str)]) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(pairs.iter().map(|(k, v)| k.len() + v.len() + 4).sum());
+    push_labels(&mut out, pairs);
+    out
+}
+
+/// Appends `k="v",...`, every value escaped.
+pub(super) fn push_labels(out: &mut String, pairs: &[(&str, &str)]) {
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        push_label(&mut out, k, v);
+        out.push_str(k);
+        out.push_str("=\"");
+        escape_label_value(out, v);
+        out.push('"');
     }
-    out
 }
 
-fn push_label(out: &mut String, key: &str, value: &str) {
-    out.push_str(key);
-    out.push_str("=\"");
-    escape_label_value(out, value);
-    out.push('"');
-}
-
-/// Label values escape `\`, `"` and newline (exposition format 0.0.4).
+/// Label values escape `\`, `"` and newline (exposition format 0.0.4). One pass that copies as
+/// it checks: label values are short, and for a few bytes musl's memcpy costs more.
 pub fn escape_label_value(out: &mut String, v: &str) {
-    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        out.push_str(v);
-        return;
-    }
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
