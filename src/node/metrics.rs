@@ -9,6 +9,7 @@
 
 mod attachments;
 mod ports;
+mod stamp;
 mod text;
 
 use std::path::PathBuf;
@@ -27,8 +28,9 @@ pub struct Sources {
     pub data_dirs: Vec<PathBuf>,
 }
 
-/// Renders the metrics, scrape after scrape. It keeps the port families' text buffers from one
-/// scrape for the next, so a scrape allocates nothing per counter.
+/// Renders the metrics, scrape after scrape. It keeps what one scrape built for the next: the
+/// port families' text buffers (so a scrape allocates nothing per counter) and the records as
+/// last read, which are read again only when a file in the data dirs changed.
 pub struct Scraper {
     src: Sources,
     ports: PortText,

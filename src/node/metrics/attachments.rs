@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::stamp::Stamp;
 use super::text::{labels, Family, FamilyText};
 use crate::attach::record::{Attachment, Phase};
 use crate::attach::store::Store;
@@ -17,15 +18,27 @@ const GID_INFO: Family = Family::gauge(
     "A RoCE GID of an attachment's pod address: index, type and IP (always 1).",
 );
 
-/// The records of every data dir, and how many could not be read.
+/// The records of every data dir as last read, and how many could not be read.
 #[derive(Default)]
 pub(super) struct Records {
     records: Vec<Attachment>,
     pub(super) unreadable: usize,
+    /// What the data dirs held when the records were read (None: never, or not readable).
+    stamp: Option<Stamp>,
+    /// How many times the records were read.
+    pub(super) reads: u64,
 }
 
 impl Records {
+    /// The records, read again unless the data dirs hold what they held at the last read.
     pub(super) fn read(&mut self, data_dirs: &[PathBuf]) {
+        if self.stamp.as_ref().is_some_and(|s| s.holds(data_dirs)) {
+            return;
+        }
+        // Taken before reading: a record that changes while it is read changes the stamp
+        // again, and the next scrape reads it again.
+        self.stamp = Stamp::take(data_dirs);
+        self.reads += 1;
         self.records.clear();
         self.unreadable = 0;
         for dir in data_dirs {

@@ -273,6 +273,70 @@ fn attachments_become_info_metrics_with_escaped_labels() {
     assert_eq!(p.samples["rdma_ns_records_unreadable"], 1.0);
 }
 
+/// A macvlan attachment of container `cid` in network `roce`, in `phase`.
+fn record(cid: &str, phase: &str) -> crate::attach::record::Attachment {
+    serde_json::from_value(json!({
+        "network":"roce","containerId":cid,"ifname":"net1","mode":"macvlan",
+        "phase":phase,"netns":"/run/netns/x","deviceKey":format!("child-{cid}"),
+        "host":{"name":"ens1f0np0","ifindex":4,"mtu":9000,"hwaddr":"0c:42:a1:3b:00:00",
+                "wasUp":true,"addresses":[]},
+        "child":{"kind":"macvlan","hwaddr":"02:5e:00:00:00:07","summary":"macvlan bridge"},
+        "pod":{"namespace":"ml","name":cid}}))
+    .unwrap()
+}
+
+/// The attachment info samples as `container_id phase`, in text order.
+fn attachment_phases(text: &str) -> Vec<String> {
+    parse(text)
+        .samples
+        .keys()
+        .filter(|k| k.starts_with("rdma_ns_attachment_info{"))
+        .map(|k| {
+            let label = |l: &str| {
+                let start = k.find(&format!("{l}=\"")).unwrap() + l.len() + 2;
+                k[start..].split('"').next().unwrap().to_string()
+            };
+            format!("{} {}", label("container_id"), label("phase"))
+        })
+        .collect()
+}
+
+#[test]
+fn records_are_read_again_when_one_is_added_appended_to_or_removed_and_only_then() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let store = Store::new(data.path());
+    store.save(&record("c1", "adding")).unwrap();
+    let mut scraper = Scraper::new(sources(&fx, &data));
+    let mut scrape = || {
+        let mut out = String::new();
+        scraper.render(&mut out);
+        (attachment_phases(&out), scraper.records.reads)
+    };
+    assert_eq!(scrape(), (vec!["c1 adding".to_string()], 1));
+    assert_eq!(
+        scrape(),
+        (vec!["c1 adding".to_string()], 1),
+        "unchanged: not read"
+    );
+    store.save(&record("c2", "ready")).unwrap();
+    let both = vec!["c1 adding".to_string(), "c2 ready".to_string()];
+    assert_eq!(scrape(), (both.clone(), 2), "a record added");
+    store.update(&record("c1", "ready")).unwrap();
+    let ready = vec!["c1 ready".to_string(), "c2 ready".to_string()];
+    assert_eq!(scrape(), (ready.clone(), 3), "a record appended to");
+    assert_eq!(scrape(), (ready, 3));
+    store.remove("roce", "c2", "net1").unwrap();
+    assert_eq!(
+        scrape(),
+        (vec!["c1 ready".to_string()], 4),
+        "a record removed"
+    );
+    std::fs::remove_dir_all(data.path()).unwrap();
+    assert_eq!(scrape(), (vec![], 5), "the data dir removed");
+    assert_eq!(scrape(), (vec![], 5));
+}
+
 #[test]
 fn escaping_is_exactly_backslash_quote_newline() {
     let mut s = String::new();
