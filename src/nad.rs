@@ -8,17 +8,30 @@
 
 use serde_json::Value;
 
+/// What a network configuration file was: a conf or conflist itself, or a
+/// NetworkAttachmentDefinition holding one in `spec.config`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    Conf,
+    Nad,
+}
+
 /// The conf or conflist in `text`: the JSON itself, or a NetworkAttachmentDefinition's
 /// `spec.config` (from JSON or YAML) parsed as JSON. The error says what the text is not.
 pub fn network_config(text: &str) -> Result<Value, String> {
+    read(text).map(|(conf, _)| conf)
+}
+
+/// [`network_config`], and which form the file had.
+pub fn read(text: &str) -> Result<(Value, Form), String> {
     match serde_json::from_str::<Value>(text) {
         Ok(v) if v.get("kind").and_then(Value::as_str) == Some("NetworkAttachmentDefinition") => {
             let config = v["spec"]["config"]
                 .as_str()
                 .ok_or("a NetworkAttachmentDefinition without spec.config")?;
-            parse_spec_config(config)
+            Ok((parse_spec_config(config)?, Form::Nad))
         }
-        Ok(v) => Ok(v),
+        Ok(v) => Ok((v, Form::Conf)),
         Err(json_err) => {
             let config = spec_config_from_yaml(text).ok_or_else(|| {
                 format!(
@@ -26,7 +39,7 @@ pub fn network_config(text: &str) -> Result<Value, String> {
                      spec.config"
                 )
             })?;
-            parse_spec_config(&config)
+            Ok((parse_spec_config(&config)?, Form::Nad))
         }
     }
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use super::flags::{Flags, Next, UsageError};
 use rdma_ns::kernel::sysfs::SysRoot;
-use rdma_ns::node::confs::{rdma_networks, ConfError};
+use rdma_ns::nad::Form;
+use rdma_ns::node::confs::{peer_entries, rdma_networks, ConfError, PeerEntry, RdmaNetwork};
 use rdma_ns::node::doctor::{self, Options, Report, Severity};
 use rdma_ns::node::{nfd, KernelView, Node};
 
@@ -151,9 +152,10 @@ fn check(args: &Args, node: &mut Node) -> Report {
         let mut files = conf_files(&dir);
         files.extend(args.confs.iter().cloned());
         for f in files {
-            let (nets, errors) = load_conf(&f);
-            opts.networks.extend(nets);
-            opts.conf_errors.extend(errors);
+            let loaded = load_conf(&f);
+            opts.networks.extend(loaded.networks);
+            opts.conf_errors.extend(loaded.errors);
+            opts.peer_entries.extend(loaded.peers);
         }
         let mut dirs = args.data_dirs.clone();
         if dirs.is_empty() {
@@ -186,45 +188,44 @@ fn conf_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// What one conf file holds for the doctor: its rdma-ns networks, the entries the plugin
+/// would refuse, and the entries of peer plugins.
+#[derive(Default)]
+struct Loaded {
+    networks: Vec<RdmaNetwork>,
+    errors: Vec<ConfError>,
+    peers: Vec<PeerEntry>,
+}
+
 /// A conf, conflist or NetworkAttachmentDefinition (JSON, or YAML with `spec.config`).
-fn load_conf(path: &Path) -> (Vec<rdma_ns::node::confs::RdmaNetwork>, Vec<ConfError>) {
-    let source = path.display().to_string();
-    let err = |msg: String| {
-        (
-            Vec::new(),
-            vec![ConfError {
-                source: source.clone(),
-                network: None,
-                msg,
-            }],
-        )
+fn load_conf(path: &Path) -> Loaded {
+    let file = path.display().to_string();
+    let refused = |msg: String| Loaded {
+        errors: vec![ConfError {
+            source: file.clone(),
+            network: None,
+            msg,
+        }],
+        ..Loaded::default()
     };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) => return err(format!("cannot read it: {e}")),
+        Err(e) => return refused(format!("cannot read it: {e}")),
     };
-    let value = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(v) if v.get("kind").and_then(|k| k.as_str()) == Some("NetworkAttachmentDefinition") => {
-            match v["spec"]["config"].as_str().map(serde_json::from_str) {
-                Some(Ok(c)) => return rdma_networks(&format!("{source} (spec.config)"), &c),
-                Some(Err(e)) => return err(format!("spec.config is not JSON: {e}")),
-                None => return err("a NetworkAttachmentDefinition without spec.config".into()),
-            }
-        }
-        Ok(v) => v,
-        Err(json_err) => match rdma_ns::nad::spec_config_from_yaml(&text) {
-            Some(config) => match serde_json::from_str(&config) {
-                Ok(c) => return rdma_networks(&format!("{source} (spec.config)"), &c),
-                Err(e) => return err(format!("spec.config is not JSON: {e}")),
-            },
-            None => {
-                return err(format!(
-                    "neither JSON ({json_err}) nor a NetworkAttachmentDefinition in YAML"
-                ))
-            }
-        },
+    let (conf, form) = match rdma_ns::nad::read(&text) {
+        Ok(read) => read,
+        Err(e) => return refused(e),
     };
-    rdma_networks(&source, &value)
+    let source = match form {
+        Form::Conf => file.clone(),
+        Form::Nad => format!("{file} (spec.config)"),
+    };
+    let (networks, errors) = rdma_networks(&source, &conf);
+    Loaded {
+        networks,
+        errors,
+        peers: peer_entries(&source, &file, &conf),
+    }
 }
 
 fn print(report: &Report, args: &Args) {
@@ -324,13 +325,24 @@ mod tests {
         std::fs::write(dir.join("broken.conf"), "{").unwrap();
         let files = conf_files(&dir);
         assert_eq!(files.len(), 2, "{files:?}");
-        let (nets, errs) = load_conf(&dir.join("10-roce.conflist"));
-        assert_eq!((nets.len(), errs.len()), (1, 0));
-        let (nets, errs) = load_conf(&dir.join("nad.yaml"));
-        assert_eq!((nets.len(), errs.len()), (1, 0), "{errs:?}");
-        assert!(nets[0].source.ends_with("nad.yaml (spec.config)"));
-        let (nets, errs) = load_conf(&dir.join("broken.conf"));
-        assert_eq!((nets.len(), errs.len()), (0, 1));
+        let counts = |l: &Loaded| (l.networks.len(), l.errors.len(), l.peers.len());
+        assert_eq!(counts(&load_conf(&dir.join("10-roce.conflist"))), (1, 0, 0));
+        let nad = load_conf(&dir.join("nad.yaml"));
+        assert_eq!(counts(&nad), (1, 0, 0), "{:?}", nad.errors);
+        assert!(nad.networks[0].source.ends_with("nad.yaml (spec.config)"));
+        assert_eq!(counts(&load_conf(&dir.join("broken.conf"))), (0, 1, 0));
+        // ipoib-cni's own README conf, in a NAD: a peer, found in its spec.config.
+        let ipoib = r#"{"cniVersion":"0.3.1","name":"ib","type":"ipoib","master":"ib0","ipam":{"type":"host-local","subnet":"192.168.5.0/24"}}"#;
+        std::fs::write(
+            dir.join("ib.yaml"),
+            format!("kind: NetworkAttachmentDefinition\nspec:\n  config: '{ipoib}'\n"),
+        )
+        .unwrap();
+        let ib = load_conf(&dir.join("ib.yaml"));
+        assert_eq!(counts(&ib), (0, 0, 1));
+        assert_eq!(ib.peers[0].peer.plugin_type, "ipoib");
+        assert_eq!(ib.peers[0].file, dir.join("ib.yaml").display().to_string());
+        assert!(ib.peers[0].source.ends_with("ib.yaml (spec.config)"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

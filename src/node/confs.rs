@@ -14,6 +14,7 @@ use crate::attach::modes::{Mode, ModeConf};
 use crate::attach::permissions::{self, DevicePermissions};
 use crate::cni::env::Command;
 use crate::cni::NetConf;
+use crate::peers::{self, Peer};
 
 /// One `rdma-ns` plugin entry, decoded.
 #[derive(Debug, Clone)]
@@ -93,6 +94,47 @@ pub fn rdma_networks(source: &str, conf: &Value) -> (Vec<RdmaNetwork>, Vec<ConfE
         }
     }
     (found, errors)
+}
+
+/// A plugin entry of a peer plugin (one rdma-ns replaces or chains after, see [`crate::peers`]):
+/// what `doctor --conf` tells the operator about a node still using one.
+#[derive(Debug, Clone)]
+pub struct PeerEntry {
+    /// As for [`RdmaNetwork::source`].
+    pub source: String,
+    /// The file it came from, for `rdma-ns migrate FILE`.
+    pub file: String,
+    pub network: Option<String>,
+    pub peer: &'static Peer,
+    /// Whether an rdma-ns entry comes later in the same conflist.
+    pub rdma_ns_after: bool,
+}
+
+/// The peer plugins' entries of one conf or conflist (already parsed as JSON), in order.
+pub fn peer_entries(source: &str, file: &str, conf: &Value) -> Vec<PeerEntry> {
+    let Value::Object(top) = conf else {
+        return Vec::new();
+    };
+    let network = top.get("name").and_then(Value::as_str).map(str::to_string);
+    let entries: Vec<&Map<String, Value>> = match top.get("plugins") {
+        Some(Value::Array(list)) => list.iter().filter_map(Value::as_object).collect(),
+        _ => vec![top],
+    };
+    let is_rdma_ns =
+        |e: &Map<String, Value>| e.get("type").and_then(Value::as_str) == Some("rdma-ns");
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(at, entry)| {
+            Some(PeerEntry {
+                source: source.to_string(),
+                file: file.to_string(),
+                network: network.clone(),
+                peer: peers::peer_of(entry)?,
+                rdma_ns_after: entries[at + 1..].iter().any(|e| is_rdma_ns(e)),
+            })
+        })
+        .collect()
 }
 
 fn decode(source: &str, text: &str, entry: &Map<String, Value>) -> Result<RdmaNetwork, String> {

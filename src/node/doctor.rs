@@ -17,6 +17,7 @@ mod memlock;
 mod modules;
 mod netns_mode;
 mod pcie;
+mod peers;
 mod ports;
 mod roce;
 
@@ -25,7 +26,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::confs::{ConfError, RdmaNetwork};
+use super::confs::{ConfError, PeerEntry, RdmaNetwork};
 use super::{NetView, Node};
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::topology::{IbDevice, RdmaSysfs};
@@ -38,6 +39,7 @@ use memlock::MemlockCheck;
 use modules::ModulesCheck;
 use netns_mode::NetnsModeCheck;
 use pcie::PcieCheck;
+use peers::PeerCheck;
 use ports::{DevicesCheck, PortsCheck};
 pub use roce::roce_active_mtu;
 use roce::RoceCheck;
@@ -145,6 +147,8 @@ pub struct Options {
     pub pod: bool,
     pub networks: Vec<RdmaNetwork>,
     pub conf_errors: Vec<ConfError>,
+    /// Entries of the peer plugins rdma-ns replaces or chains after.
+    pub peer_entries: Vec<PeerEntry>,
 }
 
 /// Runs every check, in the order the report lists them.
@@ -177,6 +181,7 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
             opts,
         }
         .check(&mut r);
+        PeerCheck { opts }.check(&mut r);
     }
     IpoibCheck {
         node,

@@ -14,6 +14,7 @@ use crate::attach::record::Attachment;
 use crate::attach::store::Store;
 use crate::kernel::topology::fixtures::{PciSpec, SysfsFixture};
 use crate::kernel::topology::CharDev;
+use crate::node::confs::peer_entries;
 use crate::node::confs::rdma_networks;
 use crate::testutil::TempDir;
 
@@ -151,9 +152,13 @@ impl Env {
     }
 
     fn conf(&mut self, conf: serde_json::Value) {
-        let (n, e) = rdma_networks("/etc/cni/net.d/test.conflist", &conf);
+        let file = "/etc/cni/net.d/test.conflist";
+        let (n, e) = rdma_networks(file, &conf);
         self.opts.networks.extend(n);
         self.opts.conf_errors.extend(e);
+        self.opts
+            .peer_entries
+            .extend(peer_entries(file, file, &conf));
     }
 
     fn run(&self) -> Report {
@@ -433,6 +438,53 @@ fn full_speed_links_are_ok_and_the_sf_uses_its_pf() {
     let f = one(&r, "pcie", "0000:06:00.0 (mlx5_3)", Severity::Ok);
     assert!(f.finding.contains("8.0 GT/s x16"), "{f:?}");
     one(&r, "pcie", "0000:5e:00.0 (ibp94s0)", Severity::Ok);
+}
+
+#[test]
+fn peer_plugins_are_named_with_what_replaces_them() {
+    let mut env = Env::healthy();
+    // ipoib-cni's README conf: replaced by mode ipoib, with the command that converts it.
+    env.conf(
+        json!({"cniVersion":"0.3.1","name":"ib","type":"ipoib","master":"ib0",
+        "ipam":{"type":"host-local","subnet":"192.168.5.0/24"}}),
+    );
+    env.conf(json!({"cniVersion":"1.0.0","name":"vf","plugins":[
+        {"type":"sriov"},{"type":"rdma-ns","mode":"rdma"}]}));
+    env.conf(json!({"cniVersion":"1.0.0","name":"bare-vf","plugins":[{"type":"sriov"}]}));
+    env.conf(json!({"cniVersion":"1.0.0","name":"old","plugins":[
+        {"type":"sriov"},{"type":"rdma"}]}));
+    let r = env.run();
+    let ib = one(&r, "peer", "network ib", Severity::Warn);
+    assert!(
+        ib.finding.contains("ipoib-cni") && ib.finding.contains("mode `ipoib`"),
+        "{ib:?}"
+    );
+    assert_eq!(
+        ib.fix
+            .as_deref()
+            .unwrap()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>(),
+        ["rdma-ns", "migrate", "/etc/cni/net.d/test.conflist"]
+    );
+    let vf = one(&r, "peer", "network vf ", Severity::Ok);
+    assert!(vf.finding.contains("rdma-ns follows it"), "{vf:?}");
+    let bare = one(&r, "peer", "network bare-vf", Severity::Ok);
+    assert!(bare.finding.contains("exclusive netns mode"), "{bare:?}");
+    // rdma-cni after sriov-cni: sriov-cni stays, rdma-cni is replaced by mode rdma.
+    let old = find(&r, "peer", "network old");
+    assert_eq!(old.len(), 2, "{old:#?}");
+    assert!(old
+        .iter()
+        .any(|f| f.severity == Severity::Warn && f.finding.contains("mode `rdma`")));
+}
+
+#[test]
+fn a_node_with_only_rdma_ns_confs_has_no_peer_finding() {
+    let mut env = Env::healthy();
+    env.conf(macvlan("roce", "ens1f0np0"));
+    assert!(find(&env.run(), "peer", "").is_empty());
 }
 
 #[test]
