@@ -178,9 +178,11 @@ for t in "${ROOT_TARGETS[@]}"; do
 done
 
 # ---------------------------------------------------------------- tiers
+# The shape rules (README, "Architecture"): functions of at most 70 lines, files of at most 900
+# lines before their inline tests (tests/lint/shape.py).
 lint() {
   cargo fmt --check && cargo clippy --all-targets -- -D warnings &&
-    cargo clippy --all-targets --features verbs -- -D warnings
+    cargo clippy --all-targets --features verbs -- -D warnings && python3 tests/lint/shape.py
 }
 if command -v cargo >/dev/null; then
   run_tier lint exit lint
