@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 use nix::errno::Errno;
 use rdma_ns::kernel::rtnetlink::RealKernel;
 use rdma_ns::kernel::rtnetlink::{
-    Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
+    Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec, RuleSpec,
 };
 use rdma_ns::kernel::{Netns, Ns};
 
@@ -424,6 +424,118 @@ fn routes_with_gateway_metric_mtu_and_table() {
     );
 }
 
+/// Rules and a table's routes in both families, and per-interface IPv4 values, as iproute2 and
+/// /proc/sys see what the plugin's own requests did.
+#[test]
+fn rules_a_tables_routes_and_ipv4_conf_as_iproute2_and_proc_see_them() {
+    let mut s = Scratch::new();
+    let (pod_name, pod) = s.netns("p");
+    ip(&[
+        "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+    ]);
+    ip(&["-n", &pod_name, "link", "set", "v1", "up"]);
+    ip(&["-n", &pod_name, "link", "set", "v0", "up"]);
+    let k = kernel();
+    let ns = Ns::Pod(&pod);
+    let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
+    k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
+    k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
+
+    let rules = [
+        RuleSpec {
+            src: net("10.1.2.3/32"),
+            table: 1005,
+            priority: 1000,
+        },
+        RuleSpec {
+            src: net("fd00::2/128"),
+            table: 1005,
+            priority: 1000,
+        },
+    ];
+    for r in &rules {
+        k.add_rule(ns, r).unwrap();
+    }
+    assert!(ip(&["-n", &pod_name, "rule", "show"]).contains("1000:\tfrom 10.1.2.3 lookup 1005"));
+    assert!(
+        ip(&["-n", &pod_name, "-6", "rule", "show"]).contains("1000:\tfrom fd00::2 lookup 1005")
+    );
+    // The default rules (local, main, default) are not of the shape and are left out.
+    assert_eq!(k.rules(ns).unwrap(), rules);
+
+    let v4 = RouteSpec {
+        dst: net("10.100.0.0/14"),
+        gateway: Some("10.1.2.1".parse().unwrap()),
+        oif: v0.index,
+        metric: None,
+        mtu: None,
+        table: Some(1005),
+        scope: None,
+    };
+    let v6 = RouteSpec {
+        dst: net("fd01::/64"),
+        gateway: Some("fd00::1".parse().unwrap()),
+        ..v4.clone()
+    };
+    k.add_route(ns, &v4).unwrap();
+    k.add_route(ns, &v6).unwrap();
+    let listed = k.routes(ns, 1005).unwrap();
+    let found: Vec<_> = listed.iter().map(|r| (r.dst, r.gateway, r.oif)).collect();
+    assert_eq!(
+        found,
+        [
+            (v4.dst, v4.gateway, v0.index),
+            (v6.dst, v6.gateway, v0.index)
+        ],
+        "{listed:?}"
+    );
+    assert!(ip(&["-n", &pod_name, "route", "show", "table", "1005"])
+        .contains("10.100.0.0/14 via 10.1.2.1 dev v0"));
+    assert!(
+        k.routes(ns, 1006).unwrap().is_empty(),
+        "a table that does not exist"
+    );
+    assert!(
+        k.routes(ns, 254)
+            .unwrap()
+            .iter()
+            .all(|r| r.table == Some(254)),
+        "main lists only main's routes"
+    );
+
+    let proc = |name: &str| {
+        let path = format!("/proc/sys/net/ipv4/conf/v0/{name}");
+        ip(&["netns", "exec", &pod_name, "cat", &path])
+            .trim()
+            .to_string()
+    };
+    let values = [
+        (Ipv4Setting::ArpIgnore, 1),
+        (Ipv4Setting::ArpAnnounce, 2),
+        (Ipv4Setting::RpFilter, 2),
+    ];
+    k.set_ipv4_conf(ns, v0.index, &values).unwrap();
+    let conf = k.ipv4_conf(ns, v0.index).unwrap().unwrap();
+    for (setting, value) in values {
+        assert_eq!(
+            proc(setting.sysctl()),
+            value.to_string(),
+            "{setting:?} in /proc"
+        );
+        assert_eq!(conf.get(setting), Some(value), "{setting:?} read back");
+    }
+    k.set_ipv4_conf(ns, v0.index, &[(Ipv4Setting::RpFilter, 0)])
+        .unwrap();
+    assert_eq!(proc("rp_filter"), "0", "a zero is sent, not skipped");
+    assert_eq!(proc("arp_ignore"), "1", "what was not sent stays");
+
+    for r in &rules {
+        k.del_rule(ns, r).unwrap();
+    }
+    assert!(k.rules(ns).unwrap().is_empty());
+    assert!(!ip(&["-n", &pod_name, "rule", "show"]).contains("lookup 1005"));
+}
+
 #[test]
 fn unreachable_gateway_reports_the_kernels_explanation() {
     let mut s = Scratch::new();
@@ -725,7 +837,7 @@ fn pod_requests_act_in_the_pod_whichever_handle_names_it() {
 fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
     use rdma_ns::kernel::conformance;
     type Scenario = fn(&dyn NetOps, Ns<'_>, &Link, &str) -> Result<(), String>;
-    let scenarios: [(&str, Scenario, &str); 4] = [
+    let scenarios: [(&str, Scenario, &str); 7] = [
         (
             "a move keeps the ifindex",
             conformance::a_move_keeps_the_ifindex,
@@ -745,6 +857,21 @@ fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
             "a taken name is EEXIST",
             conformance::a_taken_name_is_eexist,
             "net9",
+        ),
+        (
+            "a table holds one route per destination",
+            conformance::a_table_holds_one_route_per_destination,
+            "net1",
+        ),
+        (
+            "routes go with their link, rules stay",
+            conformance::routes_go_with_their_link_and_rules_stay,
+            "net1",
+        ),
+        (
+            "IPv4 conf is the link's until it moves",
+            conformance::ipv4_conf_is_the_links_until_it_moves,
+            "net1",
         ),
     ];
     for (what, scenario, ifname) in scenarios {

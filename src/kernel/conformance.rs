@@ -8,7 +8,9 @@
 
 use ipnetwork::IpNetwork;
 
-use crate::kernel::rtnetlink::{Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink};
+use crate::kernel::rtnetlink::{
+    Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec, RuleSpec,
+};
 use crate::kernel::{KResult, Ns};
 
 type Outcome = Result<(), String>;
@@ -19,11 +21,66 @@ fn find(k: &dyn NetOps, ns: Ns<'_>, index: u32) -> Result<Option<Link>, String> 
 
 /// A name clash fails with EEXIST; `if_ok` says what went wrong when the request succeeded.
 fn expect_eexist(result: KResult<()>, if_ok: &str) -> Outcome {
+    expect_errno(result, nix::errno::Errno::EEXIST, if_ok)
+}
+
+fn expect_errno(result: KResult<()>, errno: nix::errno::Errno, if_ok: &str) -> Outcome {
     match result {
         Ok(()) => Err(if_ok.to_string()),
-        Err(e) if e.is_errno(nix::errno::Errno::EEXIST) => Ok(()),
-        Err(e) => Err(format!("want EEXIST, got {e}")),
+        Err(e) if e.is_errno(errno) => Ok(()),
+        Err(e) => Err(format!("want {errno}, got {e}")),
     }
+}
+
+fn ok<T>(what: &str, result: KResult<T>) -> Result<T, String> {
+    result.map_err(|e| format!("{what}: {e}"))
+}
+
+/// `dev` moved into the pod as `ifname` (see [`a_move_keeps_the_ifindex`]), with 10.77.0.2/24
+/// and, when `up`, set up.
+fn addressed_in_pod(k: &dyn NetOps, pod: Ns<'_>, dev: &Link, ifname: &str, up: bool) -> Outcome {
+    a_move_keeps_the_ifindex(k, pod, dev, ifname)?;
+    ok(
+        "address",
+        k.add_address(pod, dev.index, "10.77.0.2/24".parse().unwrap()),
+    )?;
+    if up {
+        let change = LinkChange {
+            up: Some(true),
+            ..Default::default()
+        };
+        ok("up", k.set_link(pod, dev.index, &change))?;
+    }
+    Ok(())
+}
+
+/// Back to the host under its host name (the pod's name may be taken there).
+fn back_to_host(dev: &Link) -> LinkChange<'static> {
+    LinkChange {
+        netns: Some(Ns::Host),
+        name: Some(dev.name.clone()),
+        ..Default::default()
+    }
+}
+
+fn route_via(dev: &Link, gateway: &str, table: Option<u32>) -> RouteSpec {
+    RouteSpec {
+        dst: "10.100.0.0/14".parse().unwrap(),
+        gateway: Some(gateway.parse().unwrap()),
+        oif: dev.index,
+        metric: None,
+        mtu: None,
+        table,
+        scope: None,
+    }
+}
+
+/// Which routes of `table` leave by `dev`, as (destination, gateway).
+fn table_of(k: &dyn NetOps, pod: Ns<'_>, table: u32) -> Result<Vec<String>, String> {
+    Ok(ok("routes", k.routes(pod, table))?
+        .iter()
+        .map(|r| format!("{} via {:?} oif {}", r.dst, r.gateway, r.oif))
+        .collect())
 }
 
 /// A move with a new name and MTU in one request keeps the ifindex, and the link is no longer
@@ -137,6 +194,133 @@ pub fn a_taken_name_is_eexist(
     Ok(())
 }
 
+/// A table holds one route per destination (and metric): a second one through another gateway
+/// is EEXIST, while another table takes it; an on-link route on a link that is down is
+/// ENETDOWN. What a rail's table of its own is for, and why its routes go in after the link is
+/// up.
+pub fn a_table_holds_one_route_per_destination(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    addressed_in_pod(k, pod, dev, ifname, false)?;
+    let connected = RouteSpec {
+        dst: "10.77.0.0/24".parse().unwrap(),
+        gateway: None,
+        ..route_via(dev, "10.77.0.1", Some(1005))
+    };
+    let down = k.add_route(pod, &connected);
+    expect_errno(down, nix::errno::Errno::ENETDOWN, "a route on a down link")?;
+    let up = LinkChange {
+        up: Some(true),
+        ..Default::default()
+    };
+    ok("up", k.set_link(pod, dev.index, &up))?;
+    ok(
+        "route",
+        k.add_route(pod, &route_via(dev, "10.77.0.1", None)),
+    )?;
+    let again = k.add_route(pod, &route_via(dev, "10.77.0.3", None));
+    expect_eexist(again, "a second route to one destination in one table")?;
+    ok(
+        "the same in table 1005",
+        k.add_route(pod, &route_via(dev, "10.77.0.3", Some(1005))),
+    )?;
+    let listed = table_of(k, pod, 1005)?;
+    let want = format!("10.100.0.0/14 via Some(10.77.0.3) oif {}", dev.index);
+    if listed != [want.clone()] {
+        return Err(format!("table 1005 lists {listed:?}, want [{want}]"));
+    }
+    if !table_of(k, pod, 1006)?.is_empty() {
+        return Err("a table nothing was added to lists routes".into());
+    }
+    Ok(())
+}
+
+/// Routes go with their link and rules stay with their netns: a route in table 1005 and a rule
+/// looking that table up; the link moved out of the pod takes the route with it (deleting it is
+/// then ESRCH), the rule stays until it is deleted (a second delete is ENOENT, a second add of
+/// it EEXIST).
+pub fn routes_go_with_their_link_and_rules_stay(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    addressed_in_pod(k, pod, dev, ifname, true)?;
+    let route = route_via(dev, "10.77.0.1", Some(1005));
+    ok("route", k.add_route(pod, &route))?;
+    let rule = RuleSpec {
+        src: "10.77.0.2/32".parse().unwrap(),
+        table: 1005,
+        priority: 1000,
+    };
+    ok("rule", k.add_rule(pod, &rule))?;
+    expect_eexist(k.add_rule(pod, &rule), "the same rule twice")?;
+    if ok("rules", k.rules(pod))? != [rule] {
+        return Err(format!("rules: {:?}, want [{rule:?}]", k.rules(pod)));
+    }
+    ok("move out", k.set_link(pod, dev.index, &back_to_host(dev)))?;
+    if !table_of(k, pod, 1005)?.is_empty() {
+        return Err("a route stayed in the pod's table without its link".into());
+    }
+    let gone = k.del_route(pod, &route);
+    expect_errno(gone, nix::errno::Errno::ESRCH, "deleting a route that went")?;
+    if ok("rules", k.rules(pod))? != [rule] {
+        return Err("the rule went with the link".into());
+    }
+    ok("delete rule", k.del_rule(pod, &rule))?;
+    expect_errno(
+        k.del_rule(pod, &rule),
+        nix::errno::Errno::ENOENT,
+        "deleting a deleted rule",
+    )
+}
+
+/// Per-interface IPv4 values set over netlink read back as set, and a link that leaves its netns
+/// and comes back starts again from the netns's defaults.
+pub fn ipv4_conf_is_the_links_until_it_moves(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    a_move_keeps_the_ifindex(k, pod, dev, ifname)?;
+    let read = |what: &str| -> Result<Vec<Option<u32>>, String> {
+        let conf = ok(what, k.ipv4_conf(pod, dev.index))?.ok_or("the link is not in the pod")?;
+        Ok(Ipv4Setting::ALL.iter().map(|s| conf.get(*s)).collect())
+    };
+    let defaults = read("defaults")?;
+    let want = [
+        (Ipv4Setting::ArpIgnore, 2),
+        (Ipv4Setting::ArpAnnounce, 1),
+        (Ipv4Setting::RpFilter, 1),
+    ];
+    ok("set", k.set_ipv4_conf(pod, dev.index, &want))?;
+    let set = read("after set")?;
+    if set != want.iter().map(|(_, v)| Some(*v)).collect::<Vec<_>>() {
+        return Err(format!("set {want:?}, read back {set:?}"));
+    }
+    ok("move out", k.set_link(pod, dev.index, &back_to_host(dev)))?;
+    let into_pod = LinkChange {
+        netns: Some(pod),
+        name: Some(ifname.to_string()),
+        ..Default::default()
+    };
+    ok("move back", k.set_link(Ns::Host, dev.index, &into_pod))?;
+    if read("after the moves")? != defaults {
+        return Err(format!(
+            "after leaving the pod and coming back: {:?}, the pod's defaults are {defaults:?}",
+            read("again")?
+        ));
+    }
+    if ok("no such link", k.ipv4_conf(pod, 0x7fff_fff0))?.is_some() {
+        return Err("a link that does not exist has IPv4 values".into());
+    }
+    Ok(())
+}
+
 /// The scenarios against the fake host; tests/netlink_root.rs runs them against the real kernel.
 #[cfg(test)]
 mod tests {
@@ -184,5 +368,8 @@ mod tests {
             .unwrap();
         super::a_rename_that_fails_leaves_the_link_moved(&host(), pod, &nic(), "net9").unwrap();
         super::a_taken_name_is_eexist(&host(), pod, &nic(), "net9").unwrap();
+        super::a_table_holds_one_route_per_destination(&host(), pod, &nic(), "net1").unwrap();
+        super::routes_go_with_their_link_and_rules_stay(&host(), pod, &nic(), "net1").unwrap();
+        super::ipv4_conf_is_the_links_until_it_moves(&host(), pod, &nic(), "net1").unwrap();
     }
 }

@@ -19,9 +19,12 @@ use ipnetwork::IpNetwork;
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::rtnetlink::{
-    Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
+    Ipv4Conf, Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
+    RuleSpec,
 };
 use crate::kernel::{KResult, KernelError, Ns};
+
+mod routing;
 
 /// Any real netns file works as the pod for the fake: only its path is used, as a key.
 pub const POD: &str = "/proc/self/ns/net";
@@ -121,6 +124,29 @@ pub enum Call {
         ns: NsKey,
         index: u32,
     },
+    Routes {
+        ns: NsKey,
+        table: u32,
+    },
+    AddRule {
+        ns: NsKey,
+        rule: RuleSpec,
+    },
+    DelRule {
+        ns: NsKey,
+        rule: RuleSpec,
+    },
+    Rules {
+        ns: NsKey,
+    },
+    SetIpv4Conf {
+        ns: NsKey,
+        index: u32,
+    },
+    Ipv4Conf {
+        ns: NsKey,
+        index: u32,
+    },
     NetnsMode,
     IbDeviceIndex {
         ns: NsKey,
@@ -202,6 +228,12 @@ impl fmt::Display for Call {
                 Ok(())
             }
             Call::DeleteLink { ns, index } => write!(f, "delete_link {ns} {index}"),
+            Call::Routes { ns, table } => write!(f, "routes {ns} table {table}"),
+            Call::AddRule { ns, rule } => write!(f, "add_rule {ns} {}", routing::text(rule)),
+            Call::DelRule { ns, rule } => write!(f, "del_rule {ns} {}", routing::text(rule)),
+            Call::Rules { ns } => write!(f, "rules {ns}"),
+            Call::SetIpv4Conf { ns, index } => write!(f, "set_ipv4_conf {ns} {index}"),
+            Call::Ipv4Conf { ns, index } => write!(f, "ipv4_conf {ns} {index}"),
             Call::NetnsMode => write!(f, "netns_mode"),
             Call::IbDeviceIndex { ns, name } => write!(f, "ib_device_index {ns} {name}"),
             Call::MoveIb { ns, index, target } => write!(f, "move_ib {ns} {index} -> {target}"),
@@ -220,6 +252,9 @@ pub struct FakeState {
     pub links: Vec<(NsKey, Link)>,
     pub addrs: HashMap<u32, Vec<IpNetwork>>,
     pub routes: Vec<(NsKey, RouteSpec)>,
+    pub rules: Vec<(NsKey, RuleSpec)>,
+    /// Per-interface IPv4 values by ifindex; a link without an entry has the defaults (all 0).
+    pub ipv4_conf: HashMap<u32, Ipv4Conf>,
     /// (namespace, ib device name, index)
     pub ib_devices: Vec<(NsKey, String, u32)>,
     /// None: the kernel has no RDMA netns support to ask.
@@ -239,6 +274,8 @@ impl Default for FakeState {
             links: Vec::new(),
             addrs: HashMap::new(),
             routes: Vec::new(),
+            rules: Vec::new(),
+            ipv4_conf: HashMap::new(),
             ib_devices: Vec::new(),
             netns_mode: Some(NetnsMode::Shared),
             port_state: PORT_ACTIVE,
@@ -282,7 +319,7 @@ impl FakeState {
         if let Some(m) = mtu {
             entry.1.mtu = m;
         }
-        self.addrs.remove(&index);
+        self.left_its_netns(index);
     }
 }
 
@@ -458,7 +495,7 @@ impl NetOps for FakeKernel {
             entry.1.up = u;
         }
         if moving {
-            st.addrs.remove(&index);
+            st.left_its_netns(index);
         }
         Ok(())
     }
@@ -536,8 +573,8 @@ impl NetOps for FakeKernel {
             ns,
             "",
         )?;
-        st.routes.push((key, route.clone()));
-        Ok(())
+        st.add_route(key, route)
+            .map_err(|errno| KernelError::new("add_route", "", ns, errno))
     }
 
     fn del_route(&self, ns: Ns<'_>, route: &RouteSpec) -> KResult<()> {
@@ -551,8 +588,8 @@ impl NetOps for FakeKernel {
             ns,
             "",
         )?;
-        st.routes.retain(|(k, r)| !(k == &key && r == route));
-        Ok(())
+        st.del_route(&key, route)
+            .map_err(|errno| KernelError::new("del_route", "", ns, errno))
     }
 
     fn create_link(&self, ns: Ns<'_>, spec: &NewLink<'_>) -> KResult<()> {
@@ -623,7 +660,73 @@ impl NetOps for FakeKernel {
         if st.links.len() == before {
             return Err(KernelError::new("delete_link", "", ns, nix::libc::ENODEV));
         }
+        st.left_its_netns(index);
         Ok(())
+    }
+
+    fn routes(&self, ns: Ns<'_>, table: u32) -> KResult<Vec<RouteSpec>> {
+        let key = NsKey::of(ns);
+        let call = Call::Routes {
+            ns: key.clone(),
+            table,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        Ok(st.routes_of(&key, table))
+    }
+
+    fn add_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::AddRule {
+            ns: key.clone(),
+            rule: *rule,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        st.add_rule(key, rule)
+            .map_err(|errno| KernelError::new("add_rule", "", ns, errno))
+    }
+
+    fn del_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::DelRule {
+            ns: key.clone(),
+            rule: *rule,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        st.del_rule(&key, rule)
+            .map_err(|errno| KernelError::new("del_rule", "", ns, errno))
+    }
+
+    fn rules(&self, ns: Ns<'_>) -> KResult<Vec<RuleSpec>> {
+        let key = NsKey::of(ns);
+        let mut st = self.state.borrow_mut();
+        st.record(Call::Rules { ns: key.clone() }, ns, "")?;
+        Ok(st.rules_of(&key))
+    }
+
+    fn set_ipv4_conf(&self, ns: Ns<'_>, index: u32, values: &[(Ipv4Setting, u32)]) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::SetIpv4Conf {
+            ns: key.clone(),
+            index,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        st.set_ipv4_conf(&key, index, values)
+            .map_err(|errno| KernelError::new("set_ipv4_conf", "", ns, errno))
+    }
+
+    fn ipv4_conf(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Ipv4Conf>> {
+        let key = NsKey::of(ns);
+        let call = Call::Ipv4Conf {
+            ns: key.clone(),
+            index,
+        };
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "")?;
+        Ok(st.ipv4_conf_of(&key, index))
     }
 }
 

@@ -34,6 +34,8 @@ use super::{KResult, KernelError, Netns, Ns};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWADDR: u16 = 20;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_NEWRULE: u16 = 32;
 /// IFNAMSIZ - 1: the longest primary interface name.
 const IFNAME_MAX: usize = 15;
 /// ALTIFNAMSIZ - 1: the longest name (an altname) the kernel can hold.
@@ -85,6 +87,83 @@ pub trait NetOps {
     fn create_link(&self, ns: Ns<'_>, spec: &NewLink<'_>) -> KResult<()>;
     /// RTM_DELLINK.
     fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()>;
+    /// RTM_GETROUTE dump of table `table`, every family; empty when the table does not exist.
+    /// Routes leave a table with their link: a link deleted or moved to another netns takes
+    /// its routes, in every table, with it.
+    fn routes(&self, ns: Ns<'_>, table: u32) -> KResult<Vec<RouteSpec>>;
+    /// RTM_NEWRULE (NLM_F_CREATE | NLM_F_EXCL): an identical rule is EEXIST. A rule names no
+    /// link, so it stays in its netns until it is deleted or the netns goes.
+    fn add_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()>;
+    /// RTM_DELRULE; ENOENT when there is no such rule.
+    fn del_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()>;
+    /// RTM_GETRULE dump of every family: the rules of [`RuleSpec`]'s shape; the others (the
+    /// default rules, rules on marks or interfaces) are left out.
+    fn rules(&self, ns: Ns<'_>) -> KResult<Vec<RuleSpec>>;
+    /// One RTM_NEWLINK setting per-interface IPv4 values of the link `index` (what writing
+    /// /proc/sys/net/ipv4/conf/<if>/<name> would do, by ifindex and from the socket's netns).
+    /// They go with the link: a link moved to another netns starts from that netns's defaults.
+    fn set_ipv4_conf(&self, ns: Ns<'_>, index: u32, values: &[(Ipv4Setting, u32)]) -> KResult<()>;
+    /// The link's per-interface IPv4 values, from its RTM_GETLINK reply; None when there is no
+    /// such link.
+    fn ipv4_conf(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Ipv4Conf>>;
+}
+
+/// A policy routing rule of the one shape the attachment steps add: `from <src> lookup
+/// <table> priority <priority>` (FRA_SRC, FRA_TABLE, FRA_PRIORITY; action FR_ACT_TO_TBL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub src: IpNetwork,
+    pub table: u32,
+    pub priority: u32,
+}
+
+/// A per-interface IPv4 setting (IPV4_DEVCONF_*, linux/ip.h), by its sysctl name under
+/// /proc/sys/net/ipv4/conf/<if>/. The kernel applies the larger of `conf/all` and the
+/// interface's value for these three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipv4Setting {
+    RpFilter,
+    ArpAnnounce,
+    ArpIgnore,
+}
+
+impl Ipv4Setting {
+    pub const ALL: [Ipv4Setting; 3] = [
+        Ipv4Setting::ArpIgnore,
+        Ipv4Setting::ArpAnnounce,
+        Ipv4Setting::RpFilter,
+    ];
+
+    /// IPV4_DEVCONF_RP_FILTER, _ARP_ANNOUNCE, _ARP_IGNORE: the attribute type in
+    /// IFLA_INET_CONF, and one more than the value's index in the kernel's array.
+    pub const fn id(self) -> u16 {
+        match self {
+            Ipv4Setting::RpFilter => 8,
+            Ipv4Setting::ArpAnnounce => 18,
+            Ipv4Setting::ArpIgnore => 19,
+        }
+    }
+
+    /// Its name under /proc/sys/net/ipv4/conf/<if>/.
+    pub const fn sysctl(self) -> &'static str {
+        match self {
+            Ipv4Setting::RpFilter => "rp_filter",
+            Ipv4Setting::ArpAnnounce => "arp_announce",
+            Ipv4Setting::ArpIgnore => "arp_ignore",
+        }
+    }
+}
+
+/// The per-interface IPv4 values of a link as the kernel reports them (IFLA_INET_CONF: one u32
+/// per IPV4_DEVCONF_*, in id order from 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ipv4Conf(pub Vec<u32>);
+
+impl Ipv4Conf {
+    /// The value of `setting`; None when the kernel's array is too short to hold it.
+    pub fn get(&self, setting: Ipv4Setting) -> Option<u32> {
+        self.0.get(usize::from(setting.id()) - 1).copied()
+    }
 }
 
 /// A network interface as rtnetlink reports it (RTM_NEWLINK reply).
@@ -619,6 +698,89 @@ impl NetOps for RealKernel {
             .map(drop)
             .map_err(|e| KernelError::netlink("delete link", self.describe(ns, index), ns, e))
     }
+
+    fn routes(&self, ns: Ns<'_>, table: u32) -> KResult<Vec<RouteSpec>> {
+        let fail = |e| KernelError::netlink("list routes", format!("table {table}"), ns, e);
+        let replies = self
+            .request(ns, request::dump_routes(table))
+            .map_err(fail)?;
+        replies
+            .iter()
+            .filter(|r| r.message_type == RTM_NEWROUTE)
+            .map(|r| decode::route(&r.payload).map_err(NlError::decode))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(fail)
+            // The kernel filters on the table under strict checking; this keeps the answer
+            // right even if it did not.
+            .map(|all| all.into_iter().filter(|r| r.table == Some(table)).collect())
+    }
+
+    fn add_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()> {
+        self.request(ns, request::add_rule(rule))
+            .map(drop)
+            .map_err(|e| KernelError::netlink(rule_text("add", rule), "policy rules", ns, e))
+    }
+
+    fn del_rule(&self, ns: Ns<'_>, rule: &RuleSpec) -> KResult<()> {
+        self.request(ns, request::del_rule(rule))
+            .map(drop)
+            .map_err(|e| KernelError::netlink(rule_text("delete", rule), "policy rules", ns, e))
+    }
+
+    fn rules(&self, ns: Ns<'_>) -> KResult<Vec<RuleSpec>> {
+        let fail = |e| KernelError::netlink("list rules", "policy rules", ns, e);
+        let replies = self.request(ns, request::dump_rules()).map_err(fail)?;
+        let mut out = Vec::new();
+        for reply in replies.iter().filter(|r| r.message_type == RTM_NEWRULE) {
+            if let Some(rule) = decode::rule(&reply.payload)
+                .map_err(NlError::decode)
+                .map_err(fail)?
+            {
+                out.push(rule);
+            }
+        }
+        Ok(out)
+    }
+
+    fn set_ipv4_conf(&self, ns: Ns<'_>, index: u32, values: &[(Ipv4Setting, u32)]) -> KResult<()> {
+        self.request(ns, request::set_ipv4_conf(index, values))
+            .map(drop)
+            .map_err(|e| {
+                let what: Vec<String> = values
+                    .iter()
+                    .map(|(s, v)| format!("{}={v}", s.sysctl()))
+                    .collect();
+                let op = format!("set IPv4 conf {}", what.join(" "));
+                KernelError::netlink(op, self.describe(ns, index), ns, e)
+            })
+    }
+
+    fn ipv4_conf(&self, ns: Ns<'_>, index: u32) -> KResult<Option<Ipv4Conf>> {
+        let fail = |e| KernelError::netlink("read IPv4 conf", format!("ifindex {index}"), ns, e);
+        if index == 0 {
+            return Ok(None);
+        }
+        let replies = match self.request(ns, request::get_link_by_index(index)) {
+            Ok(r) => r,
+            Err(e) if e.errno == libc::ENODEV => return Ok(None),
+            Err(e) => return Err(fail(e)),
+        };
+        match replies.iter().find(|r| r.message_type == RTM_NEWLINK) {
+            Some(reply) => Ok(Some(
+                decode::ipv4_conf(&reply.payload)
+                    .map_err(NlError::decode)
+                    .map_err(fail)?,
+            )),
+            None => Err(fail(NlError::decode("RTM_GETLINK answered without a link"))),
+        }
+    }
+}
+
+fn rule_text(verb: &str, rule: &RuleSpec) -> String {
+    format!(
+        "{verb} rule from {} lookup {} priority {}",
+        rule.src, rule.table, rule.priority
+    )
 }
 
 /// RTA_GATEWAY must be of the destination's family (a v6 next hop for a v4 route needs
