@@ -4,7 +4,7 @@
 use crate::attach::plan::Plan;
 use crate::attach::steps::{CheckSubject, PodSide, Step, StepAdd};
 use crate::attach::Ctx;
-use crate::cni::result::{CniResult, IpConfig};
+use crate::cni::result::{CniResult, IpConfig, Route};
 use crate::cni::{NetConf, Request};
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
@@ -72,7 +72,22 @@ pub fn configure_pod_interface<'a>(
     });
     plan.checkpoint("up")?;
 
-    for route in &result.routes {
+    add_routes(k, netns, index, ifname, &result.routes, plan)?;
+    plan.checkpoint("routes")
+}
+
+/// Adds `routes` through the interface `index` in the pod, each with its undo: a route via a
+/// gateway needs the connected route that the address and the up state create.
+pub fn add_routes<'a>(
+    k: &'a dyn NetOps,
+    netns: &'a Netns,
+    index: u32,
+    ifname: &str,
+    routes: &[Route],
+    plan: &mut Plan<'a>,
+) -> Result<()> {
+    let pod = Ns::Pod(netns);
+    for route in routes {
         let spec = RouteSpec {
             dst: route.dst,
             gateway: route.gw,
@@ -84,9 +99,13 @@ pub fn configure_pod_interface<'a>(
         };
         k.add_route(pod, &spec).kernel_ctx(|| {
             format!(
-                "adding route {}{} on {ifname} in the pod",
+                "adding route {}{}{} on {ifname} in the pod",
                 route.dst,
                 route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
+                route
+                    .table
+                    .map(|t| format!(" table {t}"))
+                    .unwrap_or_default(),
             )
         })?;
         plan.on_undo("route", move || {
@@ -94,7 +113,7 @@ pub fn configure_pod_interface<'a>(
                 .kernel_ctx(|| format!("removing route {}", spec.dst))
         });
     }
-    plan.checkpoint("routes")
+    Ok(())
 }
 
 /// CHECK: every prevResult IP of this interface is on the pod link.
@@ -122,7 +141,10 @@ fn check_prev_addresses(kernel: &dyn NetOps, ns: &Netns, link: &Link, req: &Requ
 }
 
 /// prevResult's IPs that belong to `ifname` (or carry no interface index at all).
-fn prev_ips_for<'r>(prev: &'r CniResult, ifname: &str) -> impl Iterator<Item = &'r IpConfig> {
+pub(crate) fn prev_ips_for<'r>(
+    prev: &'r CniResult,
+    ifname: &str,
+) -> impl Iterator<Item = &'r IpConfig> {
     let index = prev.interfaces.iter().position(|i| i.name == ifname);
     prev.ips
         .iter()

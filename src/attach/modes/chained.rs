@@ -11,6 +11,7 @@ use crate::attach::ib_device::{move_error, RdmaConf, RdmaRecord};
 use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
 use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
+use crate::attach::rail::Rail;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
@@ -34,7 +35,7 @@ pub struct Chained;
 impl ModeDriver for Chained {
     const NAME: &'static str = "rdma";
     const LOCKS_DEVICE: bool = true;
-    const STEPS: &'static [&'static dyn Step] = &[&Permissions, &DeviceInfoFile];
+    const STEPS: &'static [&'static dyn Step] = &[&Rail, &Permissions, &DeviceInfoFile];
     type Settings = ();
     /// The PCI function the device plugin's ID names; None: the pod interface's.
     type Target = Option<String>;

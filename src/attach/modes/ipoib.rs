@@ -11,6 +11,7 @@ use crate::attach::gids::GidWait;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::child::{ChildKind, ChildMode, ChildPlan, ARPHRD_INFINIBAND};
 use crate::attach::permissions::Permissions;
+use crate::attach::rail::Rail;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -56,7 +57,7 @@ impl ChildMode for Ipoib {
     const KIND: ChildKind = ChildKind::Ipoib;
     const EXAMPLE_PARENT: &'static str = "ib0";
     const STEPS: &'static [&'static dyn Step] =
-        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = IpoibConf;
 
     fn settings(conf: &NetConf) -> Result<IpoibConf> {

@@ -12,6 +12,7 @@ use crate::attach::modes::child::{
     ChildKind, ChildMode, ChildPlan, ARPHRD_ETHER, ARPHRD_INFINIBAND,
 };
 use crate::attach::permissions::Permissions;
+use crate::attach::rail::Rail;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -42,7 +43,7 @@ impl ChildMode for Macvlan {
     const KIND: ChildKind = ChildKind::Macvlan;
     const EXAMPLE_PARENT: &'static str = "ens1f0np0";
     const STEPS: &'static [&'static dyn Step] =
-        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = MacvlanConf;
 
     fn settings(conf: &NetConf) -> Result<MacvlanConf> {

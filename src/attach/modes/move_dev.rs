@@ -22,6 +22,7 @@ use crate::attach::ib_device::{self, plan_ib_move, RdmaConf, RdmaRecord};
 use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
 use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
+use crate::attach::rail::Rail;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
@@ -48,7 +49,7 @@ impl ModeDriver for MoveDevice {
     const NAME: &'static str = "move";
     const LOCKS_DEVICE: bool = true;
     const STEPS: &'static [&'static dyn Step] =
-        &[&Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
     type Settings = ();
     type Target = Selector;
     type State = MoveState;

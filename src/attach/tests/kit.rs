@@ -210,11 +210,16 @@ impl World {
     }
 
     pub fn request_with_conf(&self, command: Command, conf: &str, netns: &str) -> Request {
+        self.request_for(command, conf, netns, &self.ifname)
+    }
+
+    /// The same for the pod interface `ifname` (a second interface of the container).
+    pub fn request_for(&self, command: Command, conf: &str, netns: &str, ifname: &str) -> Request {
         let vars: Vec<(OsString, OsString)> = [
             ("CNI_COMMAND", command.as_str()),
             ("CNI_CONTAINERID", self.container.as_str()),
             ("CNI_NETNS", netns),
-            ("CNI_IFNAME", self.ifname.as_str()),
+            ("CNI_IFNAME", ifname),
             ("CNI_PATH", "/nonexistent"),
         ]
         .into_iter()

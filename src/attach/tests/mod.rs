@@ -10,3 +10,4 @@ mod ib_device;
 pub(in crate::attach) mod kill_points;
 pub(in crate::attach) mod kit;
 mod move_dev;
+mod rail;

@@ -62,14 +62,20 @@ impl FakeState {
         Ok(())
     }
 
-    /// ESRCH when there is no such route (gone with its link, or never added).
+    /// Deletes the first route that matches as RTM_DELROUTE does: destination and table, and
+    /// the gateway, interface and metric when the request gives them (unset ones match any).
+    /// ESRCH when none does (gone with its link, or never added).
     pub(super) fn del_route(&mut self, ns: &NsKey, route: &RouteSpec) -> Result<(), Errno> {
-        let before = self.routes.len();
-        self.routes.retain(|(k, r)| !(k == ns && r == route));
-        match self.routes.len() == before {
-            true => Err(nix::libc::ESRCH),
-            false => Ok(()),
-        }
+        let matches = |r: &RouteSpec| {
+            r.dst == route.dst
+                && table_of(r) == table_of(route)
+                && (route.gateway.is_none() || r.gateway == route.gateway)
+                && (route.oif == 0 || r.oif == route.oif)
+                && (route.metric.is_none() || r.metric == route.metric)
+        };
+        let at = self.routes.iter().position(|(k, r)| k == ns && matches(r));
+        self.routes.remove(at.ok_or(nix::libc::ESRCH)?);
+        Ok(())
     }
 
     /// The routes of `table` in `ns`, each with its table, as a dump lists them.
