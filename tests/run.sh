@@ -38,7 +38,7 @@ VM=tests/vm/run.sh
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
@@ -46,8 +46,10 @@ ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plu
 # (util-linux), linux-libc-dev for the uapi headers the NLDEV constants (src/kernel/nldev.rs) are checked against.
 # libibverbs-dev, librdmacm-dev, clang, libclang-dev and pkg-config build rdma-ns-probe (feature
 # verbs: rdma-sys links libibverbs and runs bindgen); every cargo tier builds with the feature.
+# iputils-arping and iputils-ping: tests/rails.rs asks a rail's segment which MACs answer ARP
+# for an address, and pings across a rail fabric from a rail's address.
 ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev libibverbs-dev
-  librdmacm-dev clang libclang-dev pkg-config)
+  librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping)
 # The other tiers name their own packages (--print-packages); all are installed here in one go,
 # and each tier checks its own again before it runs a case.
 pkgs=("${ROOT_PKGS[@]}")
@@ -156,6 +158,8 @@ root_missing=()
 command -v cargo >/dev/null || root_missing+=("cargo (a Rust toolchain: rustup)")
 command -v ip >/dev/null || root_missing+=("ip (iproute2)")
 command -v flock >/dev/null || root_missing+=("flock (util-linux)")
+command -v arping >/dev/null || root_missing+=("arping (iputils-arping)")
+command -v ping >/dev/null || root_missing+=("ping (iputils-ping)")
 [ -x /usr/bin/python3 ] || root_missing+=("/usr/bin/python3 (python3)")
 for p in static host-local; do
   [ -x /usr/lib/cni/$p ] || root_missing+=("/usr/lib/cni/$p (containernetworking-plugins)")
