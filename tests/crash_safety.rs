@@ -2,8 +2,9 @@
 //! debug log, so a new step is covered the day it lands), the plugin SIGKILLs itself right after
 //! that step (`RDMA_NS_TEST_KILL_AT`, debug builds only: no undo, no further write). DEL twice
 //! and GC must then leave nothing stranded: the device back under its name, no child, no lease,
-//! no record, no temp file. Modes on this kernel: move and macvlan (ipoib and chained mode run
-//! the same loop over fakes, src/attach/kill_points.rs).
+//! no record, no temp file, no rule left in the pod (with `rail`). Modes on this kernel: move
+//! and macvlan, each with and without `rail` (ipoib and chained mode run the same loop over
+//! fakes, src/attach/kill_points.rs).
 
 mod common;
 
@@ -43,7 +44,7 @@ struct Setup {
     before: HostView,
 }
 
-fn setup(mode: &str) -> Setup {
+fn setup(mode: &str, rail: bool) -> Setup {
     let veth = Veth::new();
     let ns = TestNetns::new();
     let data = DataDir::new();
@@ -53,6 +54,10 @@ fn setup(mode: &str) -> Setup {
         "dataDir": data.state(), "logLevel": "debug",
         "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.96.0.5/24"}],
                  "leaseDir": leases}});
+    if rail {
+        conf["rail"] = json!(true);
+        conf["ipam"]["routes"] = json!([{"dst": "10.200.0.0/16", "gw": "10.96.0.1"}]);
+    }
     match mode {
         "move" => conf["device"] = json!(veth.nic),
         _ => {
@@ -94,6 +99,8 @@ impl Setup {
         back_in_host(&self.veth.nic, &self.before).unwrap_or_else(|e| panic!("{case}: {e}"));
         child_gone(&self.ns, "net1", &self.veth.nic).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert_eq!(self.lease_count(), 0, "{case}: a lease is left");
+        let rules = self.ns.source_rules();
+        assert!(rules.is_empty(), "{case}: rules left in the pod: {rules:?}");
         assert!(self.data.records().is_empty(), "{case}: a record is left");
         assert!(
             temp_files(self.data.path()).is_empty(),
@@ -103,9 +110,9 @@ impl Setup {
     }
 }
 
-fn every_kill_point(mode: &str) {
+fn every_kill_point(mode: &str, rail: bool) {
     // A clean run: its log names every step, and the probes see what it made.
-    let s = setup(mode);
+    let s = setup(mode, rail);
     let log = s.data.path().join("clean.log");
     let mut conf = s.conf.clone();
     conf["logFile"] = json!(log);
@@ -114,6 +121,11 @@ fn every_kill_point(mode: &str) {
     assert!(s.ns.link("net1").is_some(), "the pod interface exists");
     assert_eq!(s.lease_count(), 1, "the lease exists");
     assert_eq!(s.data.records().len(), 1, "the record exists");
+    assert_eq!(
+        s.ns.source_rules().len(),
+        usize::from(rail),
+        "the rail's rule"
+    );
     std::fs::remove_file(&log).unwrap();
     s.call("DEL").run(&conf).ok();
     let del_steps = steps_in(&std::fs::read_to_string(&log).unwrap());
@@ -126,14 +138,14 @@ fn every_kill_point(mode: &str) {
 
     for step in &add_steps {
         let case = format!("{mode}: killed after ADD step {step}");
-        let s = setup(mode);
+        let s = setup(mode, rail);
         let add = s.call("ADD").env("RDMA_NS_TEST_KILL_AT", step).run(&s.conf);
         assert_eq!(add.code, -1, "{case}: killed by a signal: {}", add.stdout);
         s.recover_and_check(&case);
     }
     for step in &del_steps {
         let case = format!("{mode}: killed after DEL step {step}");
-        let s = setup(mode);
+        let s = setup(mode, rail);
         s.call("ADD").run(&s.conf).ok();
         let del = s.call("DEL").env("RDMA_NS_TEST_KILL_AT", step).run(&s.conf);
         assert_eq!(del.code, -1, "{case}: killed by a signal: {}", del.stdout);
@@ -143,10 +155,22 @@ fn every_kill_point(mode: &str) {
 
 #[test]
 fn move_mode_survives_a_kill_after_every_step() {
-    every_kill_point("move");
+    every_kill_point("move", false);
 }
 
 #[test]
 fn macvlan_mode_survives_a_kill_after_every_step() {
-    every_kill_point("macvlan");
+    every_kill_point("macvlan", false);
+}
+
+/// With `rail`: its rule (which, unlike the interface's routes, outlives the interface in the
+/// pod) is gone after DEL wherever the plugin was killed.
+#[test]
+fn move_mode_with_rail_survives_a_kill_after_every_step() {
+    every_kill_point("move", true);
+}
+
+#[test]
+fn macvlan_mode_with_rail_survives_a_kill_after_every_step() {
+    every_kill_point("macvlan", true);
 }

@@ -122,16 +122,6 @@ fn route_get(pod: &Pod, args: &[&str]) -> String {
     sh(&argv)
 }
 
-/// The pod's rules of a lookup other than the default ones, as `ip rule` prints them.
-fn rail_rules(pod: &Pod) -> Vec<String> {
-    let mut all = sh(&["ip", "-n", &pod.ns.name, "rule", "show"]);
-    all.push_str(&sh(&["ip", "-n", &pod.ns.name, "-6", "rule", "show"]));
-    all.lines()
-        .filter(|l| l.contains("from") && !l.contains("from all"))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
     let router = Router::new();
@@ -153,7 +143,12 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
                 assert!(route["table"].as_u64().unwrap() > 1000, "{result}");
             }
         }
-        assert_eq!(rail_rules(pod).len(), 2, "{:?}", rail_rules(pod));
+        assert_eq!(
+            pod.ns.source_rules().len(),
+            2,
+            "{:?}",
+            pod.ns.source_rules()
+        );
     }
     let (a, b) = (&pods[0], &pods[1]);
     for r in 0..2u32 {
@@ -211,7 +206,11 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
             call("DEL", pod, r).run(&conf).ok();
             call("DEL", pod, r).run(&conf).ok();
         }
-        assert!(rail_rules(pod).is_empty(), "{:?}", rail_rules(pod));
+        assert!(
+            pod.ns.source_rules().is_empty(),
+            "{:?}",
+            pod.ns.source_rules()
+        );
         assert!(pod.ns.link("net1").is_none() && pod.ns.link("net2").is_none());
     }
     assert!(data.records().is_empty());

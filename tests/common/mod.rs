@@ -78,6 +78,17 @@ impl TestNetns {
     pub fn delete(&self) {
         let _ = sh_ok(&["ip", "netns", "delete", &self.name]);
     }
+
+    /// The namespace's policy rules on a source (`from <IP> ...`, both families) as `ip rule`
+    /// prints them: a rail's; the default rules are `from all`.
+    pub fn source_rules(&self) -> Vec<String> {
+        let mut all = sh(&["ip", "-n", &self.name, "rule", "show"]);
+        all.push_str(&sh(&["ip", "-n", &self.name, "-6", "rule", "show"]));
+        all.lines()
+            .filter(|l| l.contains("from") && !l.contains("from all"))
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 impl Drop for TestNetns {
