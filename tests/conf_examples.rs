@@ -80,6 +80,66 @@ fn the_pod_example_requests_the_shared_hca_and_a_defined_network() {
     );
 }
 
+/// The multi-rail pod: one network per rail, each a NAD whose rdma-ns entry asks for `rail`,
+/// each rail with its own NIC, its own subnet and gateway and the same east-west route, and the
+/// pod asking for each NAD's resource.
+#[test]
+fn the_rails_pod_asks_for_one_rail_network_and_resource_per_rail() {
+    let docs = yaml_docs();
+    let (_, pod) = docs
+        .iter()
+        .find(|(f, _)| f == "trainer-rails.yaml")
+        .expect("conf/trainer-rails.yaml");
+    assert_eq!(pod["kind"], "Pod");
+    let networks: Vec<&str> = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(networks, ["rail0", "rail1", "rail2", "rail3"]);
+    let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
+    let (mut masters, mut gateways, mut east_west) = (Vec::new(), Vec::new(), Vec::new());
+    for network in &networks {
+        let (file, nad) = docs
+            .iter()
+            .find(|(_, d)| {
+                d["kind"] == "NetworkAttachmentDefinition" && d["metadata"]["name"] == *network
+            })
+            .unwrap_or_else(|| panic!("no NAD for {network}"));
+        let resource = nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+            .as_str()
+            .unwrap();
+        assert_eq!(limits[resource], 1, "{file}: the pod asks for {resource}");
+        let conflist: Value =
+            serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+        let entry = conflist["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "rdma-ns")
+            .unwrap();
+        assert_eq!(entry["rail"], true, "{file}");
+        masters.push(entry["master"].as_str().unwrap().to_string());
+        gateways.push(entry["ipam"]["gateway"].as_str().unwrap().to_string());
+        let routes = entry["ipam"]["routes"].as_array().unwrap();
+        assert_eq!(
+            routes[0]["gw"], entry["ipam"]["gateway"],
+            "{file}: through its gateway"
+        );
+        east_west.push(routes[0]["dst"].as_str().unwrap().to_string());
+    }
+    for list in [&masters, &gateways] {
+        let mut unique = list.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), networks.len(), "one per rail: {list:?}");
+    }
+    assert!(
+        east_west.iter().all(|d| d == &east_west[0]),
+        "{east_west:?}"
+    );
+}
+
 fn examples() -> Vec<(String, Value)> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/conf");
     let mut found = Vec::new();

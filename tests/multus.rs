@@ -23,8 +23,9 @@ enum Injection {
 /// What each device plugin in the README recipe hands the kubelet as a device ID.
 fn allocated_device(resource: &str) -> &'static str {
     match resource {
-        // k8s-rdma-shared-dev-plugin names its devices "0", "1", ... up to rdmaHcaMax.
-        "rdma/hca_shared" => "0",
+        // k8s-rdma-shared-dev-plugin names its devices "0", "1", ... up to rdmaHcaMax; the
+        // multi-rail NADs take one HCA from each rail's resource of it.
+        "rdma/hca_shared" | "rdma/rail0" | "rdma/rail1" | "rdma/rail2" | "rdma/rail3" => "0",
         // The SR-IOV network device plugin: the VF's PCI address.
         "nvidia.com/rdma_vf" => VF_PCI,
         other => panic!("no device plugin in the recipe serves {other}"),
@@ -245,8 +246,9 @@ fn every_recipe_nad_works_with_what_multus_injects() {
             }
         }
     }
-    // 4 NADs x 2 injections x 2 pod requests, one rdma-ns plugin each.
-    assert_eq!(ran, 16);
+    // 8 NADs (4 single-network, 4 rails) x 2 injections x 2 pod requests, one rdma-ns plugin
+    // each.
+    assert_eq!(ran, 32);
 }
 
 /// The move recipe fed a shared device plugin's index (a NAD pointed at the wrong resource):
@@ -348,4 +350,96 @@ fn a_hung_ipam_plugin_is_killed_at_ipam_timeout_and_add_rolls_back() {
     Call::new("ADD", "slow", &ns.path(), "net1").run(&conf).ok();
     assert_eq!(ns.addrs("net1"), vec!["10.92.0.5/24".to_string()]);
     Call::new("DEL", "slow", &ns.path(), "net1").run(&conf).ok();
+}
+
+/// The multi-rail pod of conf/trainer-rails.yaml as Multus attaches it: one delegate call per
+/// network of its annotation, in order, as net1 ... net4 of one pod netns, each rail's master
+/// a veth of its own and host-local standing in for whereabouts with the NAD's range, gateway
+/// and routes. All four attach; each rail's addresses look up a table of their own in which
+/// the east-west route leaves by that rail; DEL, in Multus's reverse order, leaves nothing.
+#[test]
+fn a_pod_with_four_rail_networks_attaches_all_four() {
+    let pod: Value = serde_norway::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/conf/trainer-rails.yaml"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let networks: Vec<String> = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(networks.len(), 4);
+    let all = nads();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    let infra = unique("infra");
+    let mut attached = Vec::new();
+    for (i, network) in networks.iter().enumerate() {
+        let nad = all
+            .iter()
+            .find(|n| n.conflist["name"] == network.as_str())
+            .unwrap_or_else(|| panic!("no NAD for {network}"));
+        let veth = Veth::new();
+        sh(&["ip", "link", "set", &veth.nic, "up"]);
+        let mut delegate = multus_delegate(
+            &nad.conflist,
+            allocated_device(&nad.resource),
+            Injection::V4,
+        );
+        let plugin = &mut delegate["plugins"][0];
+        plugin["master"] = json!(veth.nic);
+        plugin["dataDir"] = json!(data.state());
+        let ipam = plugin["ipam"].clone();
+        plugin["ipam"] = json!({"type": "host-local", "subnet": ipam["range"],
+            "rangeStart": ipam["range_start"], "gateway": ipam["gateway"],
+            "routes": ipam["routes"], "dataDir": data.path().join("host-local")});
+        let conf = libcni_plugin_conf(&delegate, &delegate["plugins"][0], &Map::new());
+        let mut call = Call::new("ADD", &infra, &ns.path(), &format!("net{}", i + 1));
+        call.args = multus_cni_args("0c6f2a51-3b44-4d1e-8a0b-5e2f7c9d1a34", &infra);
+        let result = call.run(&conf).ok().json();
+        let ip = result["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        attached.push((
+            call,
+            conf,
+            veth,
+            ip,
+            ipam["gateway"].as_str().unwrap().to_string(),
+        ));
+    }
+    assert_eq!(ns.source_rules().len(), 4, "{:?}", ns.source_rules());
+    let route_get = |dst: &str, from: &str| {
+        let argv = ["ip", "-n", &ns.name, "route", "get", dst, "from", from];
+        sh(&argv)
+    };
+    for (i, (_, _, _, ip, gw)) in attached.iter().enumerate() {
+        // A peer on the next rail's subnet: east-west, through this rail's own gateway.
+        let got = route_get(&format!("10.10{}.9.9", (i + 1) % 4), ip);
+        let via = format!("via {gw} dev net{}", i + 1);
+        assert!(got.contains(&via), "rail {i}: {got}");
+    }
+    let main = sh(&["ip", "-n", &ns.name, "route", "show", "table", "main"]);
+    assert!(
+        !main.contains("10.100.0.0/14"),
+        "no rail route in main: {main}"
+    );
+
+    for (mut call, conf, veth, _, _) in attached.into_iter().rev() {
+        call.command = "DEL".into();
+        call.run(&conf).ok();
+        child_gone(&ns, &call.ifname, &veth.nic).unwrap();
+    }
+    assert!(ns.source_rules().is_empty(), "{:?}", ns.source_rules());
+    assert!(leases(&data.path().join("host-local")).is_empty());
+    assert!(data.records().is_empty());
 }
