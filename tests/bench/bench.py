@@ -447,6 +447,117 @@ def macvlan(samples, cycles):
         samples.add("macvlan", "ip-start", 0, "", i, time.perf_counter_ns() - t0, 0, True)
 
 
+# RAILS: an 8-rail pod against 8 pods of one rail each. Every attachment asks for `rail` (its
+# own table, rule and ARP values) with its own subnet and the same east-west route through its
+# own gateway, as the rails of a rail-optimized fabric do. "8 rails, one pod": 8 sequential ADDs
+# of net1..net8 into one pod netns, the gap, 8 DELs. "8 x one rail": the same 8 ADDs, each into a
+# pod of its own as net1, then the 8 DELs. A cost that grows with the rails already in the pod
+# (rules, tables, links to look through) shows as the first's sum over the second's.
+RAILS = 8
+
+
+class RailPod:
+    """A fresh pod netns with `n` NICs (veth pairs whose peers stay in the host, up; the NICs up
+    too, as macvlan masters are) and a sentinel, as Pod has."""
+
+    seq = 0
+
+    def __init__(self, n):
+        RailPod.seq += 1
+        base = "%sr%x" % (TAG, RailPod.seq)
+        self.ns, self.sentinel = base, base + "s"
+        self.nics = ["%sn%d" % (base, k) for k in range(n)]
+        lines = ["netns add " + self.ns]
+        for nic in self.nics:
+            lines += ["link add %s type veth peer name %sp" % (nic, nic),
+                      "link set %sp up" % nic, "link set %s up" % nic]
+        lines.append("link add %s type veth peer name %sq netns %s"
+                     % (self.sentinel, self.sentinel, self.ns))
+        ip_batch(lines)
+        self.path = "/run/netns/" + self.ns
+
+    def teardown(self):
+        lines = ["link del %sp" % nic for nic in self.nics] + ["netns del " + self.ns]
+        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, text=True,
+                       input="\n".join(lines) + "\n")
+
+    def settled(self):
+        return not link_exists(self.sentinel)
+
+
+def rail_conf(mode, nic, r):
+    gw = "10.%d.0.1" % (100 + r)
+    conf = {"cniVersion": "1.0.0", "name": "rail%d" % r, "type": "rdma-ns", "mode": mode,
+            "dataDir": DATA_DIR, "rail": True,
+            "ipam": {"type": "static",
+                     "addresses": [{"address": "10.%d.0.2/24" % (100 + r), "gateway": gw}],
+                     "routes": [{"dst": "10.96.0.0/12", "gw": gw}]}}
+    conf["device" if mode == "move" else "master"] = nic
+    return conf
+
+
+def rail_phase(command, steps):
+    """Runs the (pod, rail, ifname, conf) `steps` one after another with `command`; the summed
+    time and whether all succeeded. DEL gets the ADD's conf (its record holds the rest)."""
+    total, ok = 0, True
+    for pod, r, ifname, conf in steps:
+        env = cni_env(command, pod, "c" + pod.ns)
+        env["CNI_IFNAME"] = ifname
+        t, p = timed_exec(RDMA_NS, env, json.dumps(conf).encode())
+        total += t
+        if p.returncode != 0:
+            ok = False
+            failures.append("rails %s %s %s: %s %s" % (command, pod.ns, ifname, p.stdout, p.stderr))
+    return total, ok
+
+
+def rails_cycle(mode, one_pod):
+    pods = [RailPod(RAILS)] if one_pod else [RailPod(1) for _ in range(RAILS)]
+    try:
+        steps = []
+        for r in range(RAILS):
+            pod, k = (pods[0], r) if one_pod else (pods[r], 0)
+            steps.append((pod, r, "net%d" % (k + 1), rail_conf(mode, pod.nics[k], r)))
+        add_ns, ok_add = rail_phase("ADD", steps)
+        time.sleep(PHASE_GAP)
+        del_ns, ok_del = rail_phase("DEL", list(reversed(steps)))
+        ok = ok_add and ok_del
+        for pod in pods:
+            left = subprocess.run(["ip", "-n", pod.ns, "rule", "show"], capture_output=True,
+                                  text=True).stdout
+            if "from 10." in left:
+                ok = False
+                failures.append("rails DEL left rules in %s: %s" % (pod.ns, left))
+    finally:
+        for pod in pods:
+            pod.teardown()
+    settle(pods)
+    return add_ns, del_ns, ok
+
+
+def rails(samples, cycles):
+    variants = [(mode, shape) for mode in ("macvlan", "move") for shape in ("one-pod", "8-pods")]
+    for i in range(cycles):
+        for mode, shape in rotate(variants, i):
+            a, d, ok = rails_cycle(mode, shape == "one-pod")
+            samples.add("rails", shape, RAILS, mode, i, a, d, ok)
+
+
+def report_rails(s, out):
+    out("")
+    out("rails: %d rail attachments (rail: true), summed ADD and DEL (ms, median of cycles)" % RAILS)
+    out("%-8s %22s %22s   %s" % ("mode", "8 rails, one pod", "8 x one rail", "ratio ADD/DEL"))
+    for mode in ("macvlan", "move"):
+        med = {(v, f): statistics.median(s.get("rails", v, f, selector=mode))
+               for v in ("one-pod", "8-pods") for f in ("add", "del")}
+        ra = med["one-pod", "add"] / med["8-pods", "add"]
+        rd = med["one-pod", "del"] / med["8-pods", "del"]
+        out("%-8s %10.1f / %9.1f %10.1f / %9.1f   %.3f / %.3f [target <= 1.1: %s]" % (
+            mode, ms(med["one-pod", "add"]), ms(med["one-pod", "del"]),
+            ms(med["8-pods", "add"]), ms(med["8-pods", "del"]), ra, rd,
+            verdict(ra <= 1.1 and rd <= 1.1)))
+
+
 class ExtraLinks:
     """`count` macvlans on a spare veth in the host netns, made with one `ip -batch`."""
 
@@ -661,7 +772,7 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     ap.add_argument("--only",
-                    default="compare,compare-b2b,gap,macvlan,scale,concurrency,start,rss,env,node")
+                    default="compare,compare-b2b,gap,macvlan,rails,scale,concurrency,start,rss,env,node")
     ap.add_argument("--phase-gap-ms", type=float, default=PHASE_GAP * 1000,
                     help="idle time between a cycle's ADD and DEL (untimed)")
     ap.add_argument("--plugin", default=RDMA_NS, help="the rdma-ns binary to measure")
@@ -712,6 +823,9 @@ def main():
         if "macvlan" in only:
             macvlan(samples, cycles)
             report_macvlan(samples, out)
+        if "rails" in only:
+            rails(samples, min(cycles, 40))
+            report_rails(samples, out)
         write_summary(samples, os.path.join(outdir, "summary.csv"))
         if "scale" in only:
             scale(samples, scale_cycles, levels)
