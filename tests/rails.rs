@@ -11,116 +11,9 @@
 
 mod common;
 
+use common::fabric::*;
 use common::*;
 use serde_json::{json, Value};
-
-/// The east-west range every rail routes through its own gateway.
-const EAST_WEST: &str = "10.100.0.0/14";
-
-/// Rail `r` of pod `p`: its subnet's prefix (`10.10<r>.<p>`), address .2, gateway .1.
-fn subnet(p: u32, r: u32) -> String {
-    format!("10.10{r}.{p}")
-}
-
-/// A router netns forwarding between the rails' subnets, with reverse-path filtering off (it
-/// routes for every subnet it holds).
-struct Router {
-    ns: TestNetns,
-}
-
-impl Router {
-    fn new() -> Router {
-        let ns = TestNetns::new();
-        for key in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"] {
-            sh(&["ip", "netns", "exec", &ns.name, "sysctl", "-q", "-w", key]);
-        }
-        Router { ns }
-    }
-
-    /// Takes the peer end of `veth` as the gateway `<subnet>.1/24` of one rail.
-    fn port(&self, veth: &Veth, subnet: &str) {
-        sh(&["ip", "link", "set", &veth.peer, "netns", &self.ns.name]);
-        let gw = format!("{subnet}.1/24");
-        sh(&[
-            "ip",
-            "-n",
-            &self.ns.name,
-            "addr",
-            "add",
-            &gw,
-            "dev",
-            &veth.peer,
-        ]);
-        sh(&["ip", "-n", &self.ns.name, "link", "set", &veth.peer, "up"]);
-    }
-
-    /// Packets the router received on `port`.
-    fn rx_packets(&self, port: &str) -> u64 {
-        let out = sh(&[
-            "ip",
-            "-n",
-            &self.ns.name,
-            "-j",
-            "-s",
-            "link",
-            "show",
-            "dev",
-            port,
-        ]);
-        let v: Value = serde_json::from_str(&out).unwrap();
-        v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
-    }
-}
-
-/// One pod of the fabric: its netns and one NIC (veth) per rail, the peers in the router.
-struct Pod {
-    ns: TestNetns,
-    nics: Vec<Veth>,
-}
-
-/// The conf of rail `r` of pod `p` (move mode, its NIC `device`), `rail` as given.
-fn rail_conf(p: u32, r: u32, device: &str, data: &DataDir, rail: Option<Value>) -> Value {
-    let net = subnet(p, r);
-    let mut conf = json!({"cniVersion": "1.1.0", "name": format!("rail{r}"), "type": "rdma-ns",
-        "mode": "move", "device": device, "dataDir": data.state(),
-        "ipam": {"type": "cni-test-ipam",
-                 "addresses": [{"address": format!("{net}.2/24"), "gateway": format!("{net}.1")}],
-                 "routes": [{"dst": EAST_WEST, "gw": format!("{net}.1")}]}});
-    if let Some(rail) = rail {
-        conf["rail"] = rail;
-    }
-    conf
-}
-
-fn fabric(router: &Router) -> Vec<Pod> {
-    (0..2)
-        .map(|p| {
-            let nics: Vec<Veth> = (0..2).map(|_| Veth::new()).collect();
-            for (r, nic) in nics.iter().enumerate() {
-                router.port(nic, &subnet(p, r as u32));
-            }
-            Pod {
-                ns: TestNetns::new(),
-                nics,
-            }
-        })
-        .collect()
-}
-
-fn call(command: &str, pod: &Pod, r: u32) -> Call {
-    Call::new(
-        command,
-        &format!("{}c", pod.ns.name),
-        &pod.ns.path(),
-        &format!("net{}", r + 1),
-    )
-}
-
-fn route_get(pod: &Pod, args: &[&str]) -> String {
-    let mut argv = vec!["ip", "-n", &pod.ns.name, "route", "get"];
-    argv.extend(args);
-    sh(&argv)
-}
 
 #[test]
 fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
@@ -134,7 +27,7 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
                 r,
                 &pod.nics[r as usize].nic,
                 &data,
-                Some(json!(true)),
+                json!({"rail": true}),
             );
             let add = call("ADD", pod, r).run(&conf);
             add.ok();
@@ -201,7 +94,7 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
                 r,
                 &pod.nics[r as usize].nic,
                 &data,
-                Some(json!(true)),
+                json!({"rail": true}),
             );
             call("DEL", pod, r).run(&conf).ok();
             call("DEL", pod, r).run(&conf).ok();
@@ -226,9 +119,9 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     let data = DataDir::new();
     for (p, pod) in pods.iter().enumerate() {
         call("ADD", pod, 0)
-            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, None))
+            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, json!({})))
             .ok();
-        let second = rail_conf(p as u32, 1, &pod.nics[1].nic, &data, None);
+        let second = rail_conf(p as u32, 1, &pod.nics[1].nic, &data, json!({}));
         let msg = call("ADD", pod, 1).run(&second).err(105);
         assert!(
             msg.contains(EAST_WEST) && msg.contains("File exists"),
@@ -240,7 +133,7 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     assert!(got.contains("via 10.100.0.1 dev net1"), "by rail 0: {got}");
     for (p, pod) in pods.iter().enumerate() {
         call("DEL", pod, 0)
-            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, None))
+            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, json!({})))
             .ok();
     }
 }

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+pub mod fabric;
+
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
