@@ -13,6 +13,7 @@ use super::config::PluginConf;
 use super::device_info::{self, DeviceInfo};
 use super::modes::ModeConf;
 use super::permissions;
+use super::rail;
 use super::record::Attachment;
 use super::select;
 use super::store::Store;
@@ -138,6 +139,16 @@ proptest! {
         }
         match device_info::path_from_conf(&conf) {
             Ok(Some(p)) => prop_assert!(p.is_absolute()),
+            Ok(None) => {}
+            Err(e) => check_rejection(&e, &[6, 7])?,
+        }
+        match rail::from_conf(&conf) {
+            Ok(Some(r)) => {
+                prop_assert!((1..32766).contains(&r.priority));
+                prop_assert!(r.table.map_or(true, |t| t != 0 && !(252..=255).contains(&t)));
+                prop_assert!(matches!(r.arp_ignore, 0..=3 | 8));
+                prop_assert!(r.arp_announce <= 2 && r.rp_filter <= 2);
+            }
             Ok(None) => {}
             Err(e) => check_rejection(&e, &[6, 7])?,
         }

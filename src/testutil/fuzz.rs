@@ -445,6 +445,18 @@ fn setting_fields() -> FieldSamples {
                 json!({"rdma_cm": "0660", "issm": "0600", "group": "4294967295"}),
             ],
         ),
+        (
+            "rail",
+            vec![
+                json!(true),
+                json!(false),
+                json!({"table": 1001, "priority": 100, "arpIgnore": 2, "rpFilter": 0}),
+                json!({"table": 254}),
+                json!({"priority": 32766, "arpAnnounce": 3}),
+                json!({"tabel": 1}),
+                json!("yes"),
+            ],
+        ),
     ]
 }
 

@@ -1,5 +1,5 @@
-//! Property-based fuzz tests of the rtnetlink reply decoders: RTM_NEWLINK and RTM_NEWADDR
-//! payloads and NLMSG_ERROR / NLMSG_DONE, built as attribute trees whose lengths, types and
+//! Property-based fuzz tests of the rtnetlink reply decoders: RTM_NEWLINK (and its IPv4
+//! values), RTM_NEWADDR, RTM_NEWROUTE and RTM_NEWRULE payloads and NLMSG_ERROR / NLMSG_DONE, built as attribute trees whose lengths, types and
 //! nesting are then corrupted. Case counts and the deep mode: tests/README.md, "Fuzzing".
 
 use proptest::prelude::*;
@@ -117,6 +117,12 @@ fn message(header_len: usize, kinds: Vec<u16>) -> impl Strategy<Value = Vec<u8>>
 const LINK_KINDS: [u16; 11] = [1, 2, 3, 4, 5, 18, 52, 53, 54, 56, 57];
 /// IFA_ADDRESS, IFA_LOCAL, IFA_LABEL.
 const ADDR_KINDS: [u16; 3] = [1, 2, 3];
+/// IFLA_IFNAME and IFLA_AF_SPEC, whose AF_INET (2) holds IFLA_INET_CONF (1).
+const AF_SPEC_KINDS: [u16; 4] = [1, 2, 3, 26];
+/// RTA_DST, OIF, GATEWAY, PRIORITY, METRICS (RTAX_MTU 2 inside), TABLE.
+const ROUTE_KINDS: [u16; 6] = [1, 2, 4, 5, 6, 8];
+/// FRA_SRC, IIFNAME, PRIORITY, SUPPRESS_PREFIXLEN, TABLE, PROTOCOL.
+const RULE_KINDS: [u16; 6] = [2, 3, 6, 14, 15, 21];
 
 /// What an undecodable reply becomes before the plugin reports it: code 105 with the
 /// decoder's text.
@@ -163,6 +169,44 @@ proptest! {
                 let max = if net.is_ipv4() { 32 } else { 128 };
                 prop_assert!(net.prefix() <= max);
             }
+            Err(msg) => reported(msg)?,
+        }
+    }
+
+    /// A link's IPv4 values: read, or reported; never a panic.
+    #[test]
+    fn ipv4_conf_decode_never_panics(payload in prop_oneof![6 => message(16, AF_SPEC_KINDS.to_vec()), 1 => fuzz::bytes()]) {
+        match decode::ipv4_conf(&payload) {
+            Ok(conf) => {
+                let _ = crate::kernel::rtnetlink::Ipv4Setting::ALL.map(|s| conf.get(s));
+            }
+            Err(msg) => reported(msg)?,
+        }
+    }
+
+    /// RTM_NEWROUTE: a decoded route's destination has a prefix valid for its family, and a
+    /// gateway of a family the decoder read.
+    #[test]
+    fn route_decode_never_panics(payload in prop_oneof![6 => message(12, ROUTE_KINDS.to_vec()), 1 => fuzz::bytes()]) {
+        match decode::route(&payload) {
+            Ok(route) => {
+                let max = if route.dst.is_ipv4() { 32 } else { 128 };
+                prop_assert!(route.dst.prefix() <= max);
+                prop_assert!(route.table.is_some());
+            }
+            Err(msg) => reported(msg)?,
+        }
+    }
+
+    /// RTM_NEWRULE: a rule of the plain shape has a source whose prefix fits its address.
+    #[test]
+    fn rule_decode_never_panics(payload in prop_oneof![6 => message(12, RULE_KINDS.to_vec()), 1 => fuzz::bytes()]) {
+        match decode::rule(&payload) {
+            Ok(Some(rule)) => {
+                let max = if rule.src.is_ipv4() { 32 } else { 128 };
+                prop_assert!(rule.src.prefix() <= max);
+            }
+            Ok(None) => {}
             Err(msg) => reported(msg)?,
         }
     }
