@@ -345,9 +345,9 @@ fn addresses_v4_and_v6_in_a_pod() {
     assert!(gone.is_errno(Errno::EADDRNOTAVAIL), "{gone}");
 }
 
-#[test]
-fn routes_with_gateway_metric_mtu_and_table() {
-    let mut s = Scratch::new();
+/// A pod netns with a veth pair `v0`/`v1`, both up, `v0` with 10.1.2.3/24 and fd00::2/64 (added
+/// by the plugin's own requests): its name and handle, the kernel handle, and `v0`.
+fn addressed_veth_in_pod(s: &mut Scratch) -> (String, Netns, RealKernel, Link) {
     let (pod_name, pod) = s.netns("p");
     ip(&[
         "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
@@ -359,6 +359,14 @@ fn routes_with_gateway_metric_mtu_and_table() {
     let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
     k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
     k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
+    (pod_name, pod, k, v0)
+}
+
+#[test]
+fn routes_with_gateway_metric_mtu_and_table() {
+    let mut s = Scratch::new();
+    let (pod_name, pod, k, v0) = addressed_veth_in_pod(&mut s);
+    let ns = Ns::Pod(&pod);
 
     let via = RouteSpec {
         dst: net("10.9.0.0/16"),
@@ -429,17 +437,8 @@ fn routes_with_gateway_metric_mtu_and_table() {
 #[test]
 fn rules_a_tables_routes_and_ipv4_conf_as_iproute2_and_proc_see_them() {
     let mut s = Scratch::new();
-    let (pod_name, pod) = s.netns("p");
-    ip(&[
-        "-n", &pod_name, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-    ]);
-    ip(&["-n", &pod_name, "link", "set", "v1", "up"]);
-    ip(&["-n", &pod_name, "link", "set", "v0", "up"]);
-    let k = kernel();
+    let (pod_name, pod, k, v0) = addressed_veth_in_pod(&mut s);
     let ns = Ns::Pod(&pod);
-    let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
-    k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
-    k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
 
     let rules = [
         RuleSpec {

@@ -20,15 +20,9 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
     let router = Router::new();
     let pods = fabric(&router);
     let data = DataDir::new();
-    for (p, pod) in pods.iter().enumerate() {
+    for pod in &pods {
         for r in 0..2 {
-            let conf = rail_conf(
-                p as u32,
-                r,
-                &pod.nics[r as usize].nic,
-                &data,
-                json!({"rail": true}),
-            );
+            let conf = pod.conf(r, &data, json!({"rail": true}));
             let add = call("ADD", pod, r).run(&conf);
             add.ok();
             let result = add.json();
@@ -87,15 +81,9 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
         "rail 0 carried none of them"
     );
 
-    for (p, pod) in pods.iter().enumerate() {
+    for pod in &pods {
         for r in 0..2 {
-            let conf = rail_conf(
-                p as u32,
-                r,
-                &pod.nics[r as usize].nic,
-                &data,
-                json!({"rail": true}),
-            );
+            let conf = pod.conf(r, &data, json!({"rail": true}));
             call("DEL", pod, r).run(&conf).ok();
             call("DEL", pod, r).run(&conf).ok();
         }
@@ -117,11 +105,9 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     let router = Router::new();
     let pods = fabric(&router);
     let data = DataDir::new();
-    for (p, pod) in pods.iter().enumerate() {
-        call("ADD", pod, 0)
-            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, json!({})))
-            .ok();
-        let second = rail_conf(p as u32, 1, &pod.nics[1].nic, &data, json!({}));
+    for pod in &pods {
+        call("ADD", pod, 0).run(&pod.conf(0, &data, json!({}))).ok();
+        let second = pod.conf(1, &data, json!({}));
         let msg = call("ADD", pod, 1).run(&second).err(105);
         assert!(
             msg.contains(EAST_WEST) && msg.contains("File exists"),
@@ -131,10 +117,8 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     }
     let got = route_get(&pods[0], &["10.101.1.2"]);
     assert!(got.contains("via 10.100.0.1 dev net1"), "by rail 0: {got}");
-    for (p, pod) in pods.iter().enumerate() {
-        call("DEL", pod, 0)
-            .run(&rail_conf(p as u32, 0, &pod.nics[0].nic, &data, json!({})))
-            .ok();
+    for pod in &pods {
+        call("DEL", pod, 0).run(&pod.conf(0, &data, json!({}))).ok();
     }
 }
 

@@ -67,8 +67,17 @@ impl Router {
 
 /// One pod of the fabric: its netns and one NIC (veth) per rail, the peers in the router.
 pub struct Pod {
+    /// `p` in the rails' subnets.
+    pub index: u32,
     pub ns: TestNetns,
     pub nics: Vec<Veth>,
+}
+
+impl Pod {
+    /// The conf of this pod's rail `r` (see [`rail_conf`]).
+    pub fn conf(&self, r: u32, data: &DataDir, extra: Value) -> Value {
+        rail_conf(self.index, r, &self.nics[r as usize].nic, data, extra)
+    }
 }
 
 /// The conf of rail `r` of pod `p` (move mode, its NIC `device`), with the fields of `extra`
@@ -94,6 +103,7 @@ pub fn fabric(router: &Router) -> Vec<Pod> {
                 router.port(nic, &subnet(p, r as u32));
             }
             Pod {
+                index: p,
                 ns: TestNetns::new(),
                 nics,
             }
