@@ -8,11 +8,13 @@
 //! traffic test runs host to host on rxe GID 0, where rxe does carry it.
 
 mod common;
+mod vm_support;
 
 use std::process::Command;
 
 use common::*;
 use serde_json::{json, Value};
+use vm_support::wait_for_sysfs_gid_index;
 
 const POD: &str = "/run/netns/vmpod";
 const POD_IP: &str = "10.9.0.5";
@@ -35,30 +37,6 @@ fn probe_bin() -> &'static str {
             "rdma-ns-probe was not built: tests/vm/run.sh builds the VM tests with --features verbs"
         ),
     }
-}
-
-/// The index of the GID table entry holding `gid` on `ndev`, read straight from sysfs with
-/// no rdma-ns code, polled briefly (the kernel adds GIDs from a workqueue).
-fn sysfs_gid_index(gid: &str, ndev: &str) -> u32 {
-    let port = "/sys/class/infiniband/rxe0/ports/1";
-    for _ in 0..100 {
-        let mut entries: Vec<u32> = std::fs::read_dir(format!("{port}/gids"))
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-            .collect();
-        entries.sort();
-        let hit = entries.into_iter().find(|i| {
-            std::fs::read_to_string(format!("{port}/gids/{i}")).is_ok_and(|s| s.trim() == gid)
-                && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
-                    .is_ok_and(|s| s.trim() == ndev)
-        });
-        if let Some(i) = hit {
-            return i;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("no GID {gid} on {ndev} in rxe0's table");
 }
 
 /// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with 10.9.0.5/24; DEL on drop.
@@ -117,7 +95,7 @@ fn vm_env_in_a_macvlan_pod_names_the_gid_index_the_kernel_chose() {
     require_vm();
     let bin = PLUGIN;
     let _pod = Pod::attach();
-    let index = sysfs_gid_index(POD_GID, "net1");
+    let index = wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     eprintln!("kernel's GID index for {POD_IP} on net1: {index}");
 
     let o = in_pod(bin, &["env", "--format", "json"]);
@@ -170,7 +148,7 @@ fn vm_env_in_a_macvlan_pod_names_the_gid_index_the_kernel_chose() {
 fn vm_env_names_a_port_that_went_down_and_prints_nothing_unless_best_effort() {
     require_vm();
     let _pod = Pod::attach();
-    sysfs_gid_index(POD_GID, "net1");
+    wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     // Twin: usable while the port is up.
     assert_eq!(in_pod(PLUGIN, &["env"]).code, 0);
     // rxe follows its netdev's carrier: the peer down takes rxev0's carrier and the port.
@@ -209,7 +187,7 @@ fn vm_env_names_a_port_that_went_down_and_prints_nothing_unless_best_effort() {
 fn vm_probe_in_the_pod_brings_an_rc_qp_to_rts_on_envs_gid_index() {
     require_vm();
     let _pod = Pod::attach();
-    let index = sysfs_gid_index(POD_GID, "net1");
+    let index = wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     let o = in_pod(probe_bin(), &[]);
     assert_eq!(o.code, 0, "{} / {}", o.stdout, o.stderr);
     let doc = json_of(&o);

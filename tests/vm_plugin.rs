@@ -3,31 +3,13 @@
 //! rxe0 over the veth rxev0 (peer rxev1), an empty netns `vmpod` and shared netns mode.
 
 mod common;
+mod vm_support;
 
 use common::*;
 use serde_json::{json, Value};
+use vm_support::sysfs_gid_index;
 
 const POD: &str = "/run/netns/vmpod";
-
-/// The GID table entry holding `gid` (uncompressed, as sysfs prints it) on `ndev`, read
-/// straight from sysfs, independently of the plugin's reader.
-fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {
-    let port = format!("/sys/class/infiniband/{ibdev}/ports/1");
-    let mut entries: Vec<u32> = std::fs::read_dir(format!("{port}/gids"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-        .collect();
-    entries.sort();
-    entries.into_iter().find(|i| {
-        std::fs::read_to_string(format!("{port}/gids/{i}"))
-            .map(|s| s.trim() == gid)
-            .unwrap_or(false)
-            && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
-                .map(|s| s.trim() == ndev)
-                .unwrap_or(false)
-    })
-}
 
 fn record_exists(network: &str, container: &str) -> bool {
     std::path::Path::new(&format!("{}/{network}/{container}:net1.json", state_dir())).exists()

@@ -28,6 +28,12 @@ pub fn case_netns() -> PathBuf {
     PathBuf::from(std::env::var_os("RDMA_NS_VM_NETNS").expect("RDMA_NS_VM_NETNS is set"))
 }
 
+/// The kernel this case runs on, as tests/vm/cases names it (`6.1` or `7`;
+/// `RDMA_NS_VM_KERNEL_NAME`).
+pub fn kernel_name() -> String {
+    std::env::var("RDMA_NS_VM_KERNEL_NAME").expect("RDMA_NS_VM_KERNEL_NAME is set by the VM runner")
+}
+
 /// Runs a command; panics with its output unless it exits 0; returns its stdout.
 pub fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)
@@ -65,4 +71,33 @@ pub fn link_names(netns: Option<&str>) -> Vec<String> {
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n).to_string())
         .collect()
+}
+
+/// The index of the GID table entry of `ibdev` port 1 that holds `gid` (uncompressed, as sysfs
+/// prints it) on `ndev`, read straight from sysfs, independently of rdma-ns's own reader.
+pub fn sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> Option<u32> {
+    let port = format!("/sys/class/infiniband/{ibdev}/ports/1");
+    let mut entries: Vec<u32> = std::fs::read_dir(format!("{port}/gids"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    entries.sort();
+    entries.into_iter().find(|i| {
+        std::fs::read_to_string(format!("{port}/gids/{i}")).is_ok_and(|s| s.trim() == gid)
+            && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
+                .is_ok_and(|s| s.trim() == ndev)
+    })
+}
+
+/// `sysfs_gid_index`, polled briefly (the kernel adds GIDs from a workqueue); panics when the
+/// entry does not appear.
+pub fn wait_for_sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> u32 {
+    for _ in 0..100 {
+        if let Some(i) = sysfs_gid_index(ibdev, gid, ndev) {
+            return i;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("no GID {gid} on {ndev} in {ibdev}'s table");
 }
