@@ -17,6 +17,29 @@ use rdma_ns::kernel::{Netns, Ns};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// One field of a `LinkChange`, named: `change(&[MoveTo(..), Name("net1"), Mtu(1300)])`.
+enum Set<'a> {
+    MoveTo(Ns<'a>),
+    Name(&'a str),
+    Mtu(u32),
+    Up(bool),
+}
+use Set::*;
+
+/// The `LinkChange` that sets exactly these fields and leaves the rest alone.
+fn change<'a>(fields: &[Set<'a>]) -> LinkChange<'a> {
+    let mut c = LinkChange::default();
+    for f in fields {
+        match f {
+            MoveTo(ns) => c.netns = Some(*ns),
+            Name(name) => c.name = Some(name.to_string()),
+            Mtu(mtu) => c.mtu = Some(*mtu),
+            Up(up) => c.up = Some(*up),
+        }
+    }
+    c
+}
+
 fn ip(args: &[&str]) -> String {
     let out = Command::new("ip")
         .args(args)
@@ -109,12 +132,7 @@ fn move_rename_and_mtu_in_one_request_and_back() {
     k.set_link(
         Ns::Host,
         before.index,
-        &LinkChange {
-            netns: Some(Ns::Pod(&pod)),
-            name: Some("net1".into()),
-            mtu: Some(1300),
-            up: None,
-        },
+        &change(&[MoveTo(Ns::Pod(&pod)), Name("net1"), Mtu(1300)]),
     )
     .unwrap();
 
@@ -130,12 +148,7 @@ fn move_rename_and_mtu_in_one_request_and_back() {
     k.set_link(
         Ns::Pod(&pod),
         moved.index,
-        &LinkChange {
-            netns: Some(Ns::Host),
-            name: Some(a.clone()),
-            mtu: Some(1500),
-            up: None,
-        },
+        &change(&[MoveTo(Ns::Host), Name(&a), Mtu(1500)]),
     )
     .unwrap();
     let back = host_link(&k, &a);
@@ -171,11 +184,7 @@ fn moved_link_gets_a_new_ifindex_when_the_target_uses_its_own() {
     k.set_link(
         Ns::Host,
         before.index,
-        &LinkChange {
-            netns: Some(Ns::Pod(&pod)),
-            name: Some("net1".into()),
-            ..LinkChange::default()
-        },
+        &change(&[MoveTo(Ns::Pod(&pod)), Name("net1")]),
     )
     .unwrap();
     let moved = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
@@ -199,12 +208,7 @@ fn a_move_whose_rename_fails_leaves_the_link_moved_under_its_old_name() {
         .set_link(
             Ns::Host,
             before.index,
-            &LinkChange {
-                netns: Some(Ns::Pod(&pod)),
-                name: Some("net1".into()),
-                mtu: Some(1300),
-                up: None,
-            },
+            &change(&[MoveTo(Ns::Pod(&pod)), Name("net1"), Mtu(1300)]),
         )
         .unwrap_err();
     assert!(err.is_errno(Errno::EEXIST), "{err}");
@@ -245,11 +249,7 @@ fn altnames_resolve_to_the_primary_name_travel_with_moves_and_can_be_deleted() {
     k.set_link(
         Ns::Host,
         by_alt.index,
-        &LinkChange {
-            netns: Some(Ns::Pod(&pod)),
-            name: Some("net1".into()),
-            ..LinkChange::default()
-        },
+        &change(&[MoveTo(Ns::Pod(&pod)), Name("net1")]),
     )
     .unwrap();
     assert_eq!(k.link_by_name(Ns::Host, &short).unwrap(), None);
@@ -277,17 +277,11 @@ fn up_and_down() {
     let k = kernel();
     let link = host_link(&k, &a);
     assert!(!link.up);
-    let up = LinkChange {
-        up: Some(true),
-        ..LinkChange::default()
-    };
+    let up = change(&[Up(true)]);
     k.set_link(Ns::Host, link.index, &up).unwrap();
     assert!(host_link(&k, &a).up);
     assert!(ip(&["-o", "link", "show", "dev", &a]).contains(",UP"));
-    let down = LinkChange {
-        up: Some(false),
-        ..LinkChange::default()
-    };
+    let down = change(&[Up(false)]);
     k.set_link(Ns::Host, link.index, &down).unwrap();
     assert!(!host_link(&k, &a).up);
 }
@@ -303,15 +297,7 @@ fn addresses_v4_and_v6_in_a_pod() {
     let k = kernel();
     let ns = Ns::Pod(&pod);
     let v0 = k.link_by_name(ns, "v0").unwrap().unwrap();
-    k.set_link(
-        ns,
-        v0.index,
-        &LinkChange {
-            up: Some(true),
-            ..LinkChange::default()
-        },
-    )
-    .unwrap();
+    k.set_link(ns, v0.index, &change(&[Up(true)])).unwrap();
 
     k.add_address(ns, v0.index, net("10.1.2.3/24")).unwrap();
     k.add_address(ns, v0.index, net("fd00::2/64")).unwrap();
@@ -758,14 +744,7 @@ fn lookup_misses_and_refusals() {
     // Rename onto the veth's own peer: the kernel answers EEXIST (with no extended-ack
     // text on 6.18: dev_change_name sets none).
     let err = k
-        .set_link(
-            Ns::Host,
-            link.index,
-            &LinkChange {
-                name: Some(b.clone()),
-                ..LinkChange::default()
-            },
-        )
+        .set_link(Ns::Host, link.index, &change(&[Name(&b)]))
         .unwrap_err();
     assert!(err.is_errno(Errno::EEXIST), "{err}");
     assert!(
@@ -776,14 +755,7 @@ fn lookup_misses_and_refusals() {
     assert!(err.to_string().contains("File exists"), "{err}");
 
     let err = k
-        .set_link(
-            Ns::Host,
-            link.index,
-            &LinkChange {
-                mtu: Some(70000),
-                ..LinkChange::default()
-            },
-        )
+        .set_link(Ns::Host, link.index, &change(&[Mtu(70000)]))
         .unwrap_err();
     assert!(err.is_errno(Errno::EINVAL), "{err}");
     assert_eq!(
@@ -792,14 +764,7 @@ fn lookup_misses_and_refusals() {
     );
 
     let err = k
-        .set_link(
-            Ns::Host,
-            0x7fff_fff0,
-            &LinkChange {
-                up: Some(true),
-                ..LinkChange::default()
-            },
-        )
+        .set_link(Ns::Host, 0x7fff_fff0, &change(&[Up(true)]))
         .unwrap_err();
     assert!(err.is_errno(Errno::ENODEV), "{err}");
     assert!(err.target.contains("ifindex 2147483632"), "{err}");
