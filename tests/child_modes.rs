@@ -15,9 +15,7 @@ fn macvlan_conf(version: &str, master: &str, data: &DataDir) -> Value {
 
 #[test]
 fn macvlan_child_is_created_in_the_pod_checked_and_deleted() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let mut conf = macvlan_conf("1.1.0", &veth.nic, &data);
     conf["mtu"] = json!(1400);
     conf["macvlanMode"] = json!("private");
@@ -75,9 +73,7 @@ fn macvlan_child_is_created_in_the_pod_checked_and_deleted() {
 
 #[test]
 fn macvlan_mac_from_cni_args_and_mtu_rules() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let conf = macvlan_conf("1.0.0", &veth.nic, &data);
     let mut call = Call::new("ADD", "mv2", &ns.path(), "eth0");
     call.args = "IgnoreUnknown=1;MAC=02:aa:bb:cc:dd:ee".into();
@@ -91,8 +87,7 @@ fn macvlan_mac_from_cni_args_and_mtu_rules() {
     );
     call.command = "DEL".into();
     call.run(&conf).ok();
-    child_gone(&ns, "eth0", &veth.nic).unwrap();
-    assert!(data.records().is_empty());
+    child_and_record_gone(&ns, "eth0", &veth.nic, &data).unwrap();
 
     let mut too_big = conf.clone();
     too_big["mtu"] = json!(9000);
@@ -133,24 +128,22 @@ fn a_failed_macvlan_add_at_each_step_leaves_nothing_behind() {
             .run(&conf)
             .err(106);
         assert!(msg.contains(step), "{msg}");
-        child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{step}: {e}"));
-        assert!(data.records().is_empty(), "{step}");
+        child_and_record_gone(&ns, "net1", &veth.nic, &data)
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
         // Presence twins of both probes, through the same netns and data dir: a real ADD's child
         // and record are seen.
         Call::new("ADD", "mvf", &ns.path(), "net1").run(&conf).ok();
         assert!(child_gone(&ns, "net1", &veth.nic).is_err(), "{step}");
         assert_eq!(data.records().len(), 1, "{step}");
         Call::new("DEL", "mvf", &ns.path(), "net1").run(&conf).ok();
-        child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{step}: {e}"));
-        assert!(data.records().is_empty(), "{step}");
+        child_and_record_gone(&ns, "net1", &veth.nic, &data)
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
     }
 }
 
 #[test]
 fn macvlan_del_after_the_pod_netns_was_deleted() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let conf = macvlan_conf("1.0.0", &veth.nic, &data);
     Call::new("ADD", "mvg", &ns.path(), "net1").run(&conf).ok();
     assert!(child_gone(&ns, "net1", &veth.nic).is_err());
@@ -168,9 +161,7 @@ fn macvlan_del_after_the_pod_netns_was_deleted() {
 
 #[test]
 fn name_taken_and_unsuitable_parents_are_clean_errors() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     sh(&[
         "ip", "-n", &ns.name, "link", "add", "net1", "type", "veth", "peer", "name", "x1",
     ]);

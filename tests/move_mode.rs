@@ -25,22 +25,10 @@ fn ipam_log(dir: &DataDir) -> Vec<String> {
         .collect()
 }
 
-fn assert_back_in_host(nic: &str, mtu: u64) {
-    let link = host_link(nic).unwrap_or_else(|| panic!("{nic} is not back in the host"));
-    assert_eq!(link["mtu"], mtu, "{link}");
-    let flags = link["flags"].as_array().unwrap();
-    assert!(
-        !flags.iter().any(|f| f == "UP"),
-        "admin down after DEL: {link}"
-    );
-}
-
 #[test]
 fn add_check_del_in_every_cni_version() {
     for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
-        let ns = TestNetns::new();
-        let veth = Veth::new();
-        let data = DataDir::new();
+        let (ns, veth, data) = veth_pod();
         let mut conf = move_conf(version, "rnet", &veth.nic, &data);
         conf["mtu"] = json!(9000);
         conf["ipam"] = if version == "1.1.0" {
@@ -102,9 +90,7 @@ impl Veth {
 
 #[test]
 fn without_ipam_the_device_moves_and_gets_no_address() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     let add = Call::new("ADD", "ctr2", &ns.path(), "eth0").run(&conf);
     add.ok();
@@ -122,9 +108,7 @@ fn without_ipam_the_device_moves_and_gets_no_address() {
 
 #[test]
 fn static_ipam_addresses_gateway_and_routes_are_applied() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = json!({"type": "static",
         "addresses": [{"address": "10.78.0.2/24", "gateway": "10.78.0.1"},
@@ -236,9 +220,7 @@ fn zero_or_several_matches_name_the_selector_and_candidates() {
 
 #[test]
 fn an_ifname_taken_in_the_pod_moves_nothing() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     sh(&[
         "ip", "-n", &ns.name, "link", "add", "net1", "type", "veth", "peer", "name", "other",
     ]);
@@ -259,9 +241,7 @@ fn an_ifname_taken_in_the_pod_moves_nothing() {
 
 #[test]
 fn a_host_device_named_like_the_pod_interface_is_never_mistaken_for_it() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let clash = unique("rnc");
     sh(&[
         "ip",
@@ -303,9 +283,7 @@ fn a_host_device_named_like_the_pod_interface_is_never_mistaken_for_it() {
 
 #[test]
 fn del_after_the_pod_netns_was_deleted_and_repeated_dels_succeed() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let mut conf = move_conf("1.1.0", "rnet", &veth.nic, &data);
     conf["ipam"] = test_ipam(&data, "10.81.0.2/24");
     Call::new("ADD", "gone", &ns.path(), "eth0").run(&conf).ok();
@@ -325,9 +303,7 @@ fn del_after_the_pod_netns_was_deleted_and_repeated_dels_succeed() {
 
 #[test]
 fn del_three_times_without_prev_result() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = host_local(&data, "10.82.0.0/24");
     Call::new("ADD", "thrice", &ns.path(), "net1")
@@ -392,9 +368,7 @@ fn a_failed_add_at_each_step_leaves_the_host_exactly_as_before() {
 
 #[test]
 fn a_kernel_refusal_mid_add_rolls_back_with_code_105() {
-    let veth = Veth::new();
-    let ns = TestNetns::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let before = host_view(&veth.nic);
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = json!({"type": "static", "addresses": [{"address": "10.84.0.2/24"}],
@@ -453,9 +427,7 @@ fn thirty_two_parallel_adds_and_dels_on_distinct_devices() {
 
 #[test]
 fn a_lingering_altname_does_not_block_the_rename_back() {
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     Call::new("ADD", "alt", &ns.path(), "net1").run(&conf).ok();
     // What some udev setups leave behind (sriov-cni #445): the old name as an altname.
@@ -470,9 +442,7 @@ fn a_lingering_altname_does_not_block_the_rename_back() {
 
 #[test]
 fn every_error_code_is_reachable_and_well_formed() {
-    let data = DataDir::new();
-    let ns = TestNetns::new();
-    let veth = Veth::new();
+    let (ns, veth, data) = veth_pod();
     let good = move_conf("1.0.0", "codes", &veth.nic, &data);
     let call = |cmd: &str| Call::new(cmd, "codes", &ns.path(), "net1");
 
@@ -607,9 +577,7 @@ fn version_about_cni_args_and_runtime_config_spellings() {
     let text = String::from_utf8_lossy(&about.stderr);
     assert!(text.contains("rdma-ns") && text.contains("1.1.0"), "{text}");
 
-    let ns = TestNetns::new();
-    let veth = Veth::new();
-    let data = DataDir::new();
+    let (ns, veth, data) = veth_pod();
     let mut conf = move_conf("1.0.0", "args", &veth.nic, &data);
     conf["runtimeConfig"] =
         json!({"PortMappings": [], "io.kubernetes.cri.pod-annotations": {}, "Dns": {}});

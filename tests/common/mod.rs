@@ -539,6 +539,39 @@ pub fn child_gone(ns: &TestNetns, ifname: &str, parent: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// What each move- and child-mode test starts with: a fresh pod netns, a veth whose host end
+/// stands in for the NIC (or the parent of a child), and an empty data dir.
+pub fn veth_pod() -> (TestNetns, Veth, DataDir) {
+    (TestNetns::new(), Veth::new(), DataDir::new())
+}
+
+/// The child-mode leak check after a DEL (or a failed ADD): `child_gone` and no attachment
+/// record left in `data`. Err says what is left.
+pub fn child_and_record_gone(
+    ns: &TestNetns,
+    ifname: &str,
+    parent: &str,
+    data: &DataDir,
+) -> Result<(), String> {
+    child_gone(ns, ifname, parent)?;
+    let records = data.records();
+    if !records.is_empty() {
+        return Err(format!("records left: {records:?}"));
+    }
+    Ok(())
+}
+
+/// The move-mode check after a DEL: `nic` is back in the host, with this MTU and admin down.
+pub fn assert_back_in_host(nic: &str, mtu: u64) {
+    let link = host_link(nic).unwrap_or_else(|| panic!("{nic} is not back in the host"));
+    assert_eq!(link["mtu"], mtu, "{link}");
+    let flags = link["flags"].as_array().unwrap();
+    assert!(
+        !flags.iter().any(|f| f == "UP"),
+        "admin down after DEL: {link}"
+    );
+}
+
 /// host-local's leases under its `dataDir` (its `last_reserved_ip.*` and `lock` files are kept
 /// by design and not leases), as paths.
 pub fn leases(dir: &Path) -> Vec<PathBuf> {
