@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test tier; as root on a fresh Debian 12 it first installs what the tiers need.
 #   tests/run.sh            all tiers: lint, unit, root integration, e2e, benchmark smoke, VM
-#   tests/run.sh --no-vm    leave out the VM tier (quick local runs; reported as skipped)
+#                           (one VM tier per kernel: vm-6.1 and vm-7)
+#   tests/run.sh --no-vm    leave out the VM tiers (quick local runs; reported as skipped)
 #   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
 # Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
 # skipped), then one line per skip, then as the very last line "N passed, N failed" (with
@@ -218,13 +219,17 @@ else
   fail_tier bench "$BENCH is missing"
 fi
 
-if [ "$run_vm" = 0 ]; then
-  skip_tier vm --no-vm
-elif [ -f "$VM" ]; then
-  run_tier vm summary bash "$VM"
-else
-  fail_tier vm "$VM is missing"
-fi
+# One VM tier per kernel (tests/vm/cases names the kernels each case runs on), so that the
+# summary shows each kernel's counts and time.
+for kernel in 6.1 7; do
+  if [ "$run_vm" = 0 ]; then
+    skip_tier "vm-$kernel" --no-vm
+  elif [ -f "$VM" ]; then
+    run_tier "vm-$kernel" summary bash "$VM" --kernel "$kernel"
+  else
+    fail_tier "vm-$kernel" "$VM is missing"
+  fi
+done
 
 # ---------------------------------------------------------------- summary
 tp=0 tf=0 ts=0

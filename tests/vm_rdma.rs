@@ -1,7 +1,8 @@
 //! RDMA checks against a real RDMA kernel. They run only inside the VM tier; the host run
 //! leaves them out with `cargo test -- --skip vm_`.
 //!
-//! They assume: running as root in a VM whose kernel has rdma_rxe (Debian 12's 6.1), with
+//! They assume: running as root in a VM whose kernel has rdma_rxe (Debian 12's 6.1 or
+//! trixie-backports' Linux 7), with
 //!
 //! ```text
 //! modprobe -a rdma_rxe ib_uverbs ib_umad rdma_ucm
@@ -16,6 +17,8 @@
 //!
 //! Tests take one lock: they change shared state (netns mode, addresses on v0, the set of
 //! namespaces) that the others read.
+
+mod vm_support;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -32,6 +35,7 @@ use rdma_ns::kernel::topology::{
     CharDevKind, GidType, IbParent, IbPortRef, LinkLayer, NetdevLink, RdmaSysfs,
 };
 use rdma_ns::kernel::Netns;
+use vm_support::kernel_name;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -181,8 +185,21 @@ fn vm_sysfs_discovers_rxe0_as_the_rdma_tools_see_it() {
         .all(|g| g.gid_type == Some(GidType::RoceV2)));
 
     // Char devices: each sysfs dev number is the node's, and fixed minors hold for the
-    // first devices (uverbs 192+N, umad N, issm 64+N, major 231).
-    for kind in [CharDevKind::Uverbs, CharDevKind::Umad, CharDevKind::Issm] {
+    // first devices (uverbs 192+N, umad N, issm 64+N, major 231). Linux 7 gives rxe's RoCE
+    // port no issm (/sys/class/infiniband_mad lists umad0 alone), 6.1 does.
+    let issm = kernel_name() == "6.1";
+    assert_eq!(
+        dev.char_devs.iter().any(|c| c.kind == CharDevKind::Issm),
+        issm,
+        "issm on kernel {}: {:?}",
+        kernel_name(),
+        dev.char_devs
+    );
+    let kinds = [CharDevKind::Uverbs, CharDevKind::Umad, CharDevKind::Issm];
+    for kind in kinds
+        .into_iter()
+        .filter(|k| issm || *k != CharDevKind::Issm)
+    {
         let c = dev
             .char_devs
             .iter()

@@ -1,5 +1,8 @@
 #!/bin/bash
-# Runs inside the VM, as root, started by tests/vm/run.sh:  guest.sh <results-dir> <rdma-ns>
+# Runs inside the VM, as root, started by tests/vm/run.sh:
+#     guest.sh <results-dir> <rdma-ns> <kernel release> <kernel name>
+# (the release run.sh meant to boot: the guest refuses to run cases on another one; the name,
+# 6.1 or 7, as tests/vm/cases names kernels, goes to each case as RDMA_NS_VM_KERNEL_NAME)
 #
 # <results-dir> is the host directory shared read-write (vng --rwdir); it holds the plan
 # written by run.sh, one case a line:
@@ -13,6 +16,8 @@ set -uo pipefail
 
 results=$1
 bin=$2
+release=$3
+kernel_name=$4
 plan=$results/plan
 out=$results/results
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -163,7 +168,7 @@ run_case() {
         cd "$repo" || exit 1
         export RDMA_NS_IN_VM=1 RDMA_NS_BIN="$bin" RDMA_NS_VM_NETNS="/run/netns/$POD_NETNS" \
             RDMA_NS_VM_SCRATCH="$scratch" RDMA_NS_VM_STATE_DIRS="$scratch/state-dirs" \
-            RUST_BACKTRACE=1
+            RDMA_NS_VM_KERNEL_NAME="$kernel_name" RUST_BACKTRACE=1
         case $kind in
         test) exec "$1" --test-threads=1 "${@:3}" ;;
         script) exec bash "$1" ;;
@@ -198,6 +203,7 @@ run_case() {
 # ---- main --------------------------------------------------------------------------------
 : >"$out"
 echo "VMGUEST start $(uname -r)"
+[[ $(uname -r) == "$release" ]] || fatal "booted kernel $(uname -r), not $release"
 [[ -r $plan ]] || fatal "no plan at $plan"
 basics
 [[ -z $(netns_names) ]] || fatal "netns present at boot: $(netns_names | tr '\n' ' ')"

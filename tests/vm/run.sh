@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# VM test tier: boots Debian's 6.1 kernel (which has RDMA / Soft-RoCE) under QEMU TCG with
-# virtme-ng and runs the cases of tests/vm/cases inside it. See tests/README.md, "VM tier".
+# VM test tier: boots Debian kernels that have RDMA / Soft-RoCE under QEMU TCG with virtme-ng and
+# runs the cases of tests/vm/cases inside them: Debian 12's 6.1 ("6.1") and the newest kernel of
+# trixie-backports ("7", >= 7.1, fetched by tests/vm/fetch-kernel.sh). Each case names the
+# kernels it runs on. See tests/README.md, "VM tier".
 #
-# usage: tests/vm/run.sh [--list] [--no-install] [CASE...]
-#   (no CASE)     run every case of the manifest
+# usage: tests/vm/run.sh [--list] [--no-install] [--kernel 6.1|7]... [CASE...]
+#   (no CASE)     run every case of the manifest, on each kernel it names
 #   CASE...       run only these cases, in manifest order
-#   --list        print the case names and exit
+#   --kernel K    boot only kernel K (6.1 or 7; may be repeated); default: both
+#   --list        print "<case> on=<kernels>" for each case and exit
 #   --no-install  do not install packages (they are still checked)
 #   --print-packages  print the Debian packages this tier needs and exit
-# env: RDMA_NS_VM_TIMEOUT  seconds for the whole VM run (default 540: the tier takes 3-5 min on an idle 2-core machine; this only stops a hang)
-#      RDMA_NS_VM_KERNEL   kernel image to boot (default: newest /boot/vmlinuz-*-amd64)
+# env: RDMA_NS_VM_TIMEOUT  seconds for each VM run (default 900: the tier takes 3-6 min a kernel on an idle 2-core machine; this only stops a hang)
+#      RDMA_NS_VM_KERNEL   kernel image to boot as "6.1" (default: newest /boot/vmlinuz-6.1.*-amd64)
+#      RDMA_NS_VM_CACHE    where the Linux 7 packages are kept, unpacked (default: ~/.cache/rdma-ns/vm-kernels)
 #      RDMA_NS_VM_MEMORY   guest memory (default 2G)
-# Prints a summary table and, as its last line, "N passed, N failed". Exits non-zero on any
-# failed case, a boot failure, a guest error, or a timeout.
+# Boots one VM per kernel. Prints a summary table per kernel and, as its last line,
+# "N passed, N failed" over all of them. Exits non-zero on any failed case, a kernel that could
+# not be fetched, a boot failure, a guest error, or a timeout.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,11 +29,18 @@ manifest=$here/cases
 # ibv_devinfo see no rxe device); python3-pip: to install virtme-ng.
 # libibverbs-dev librdmacm-dev clang libclang-dev pkg-config: rdma-ns-probe (feature verbs,
 # rdma-sys runs bindgen); the VM tests are built with it (tests/vm_env_probe.rs).
+# The Linux 7 kernel is not installed: fetch-kernel.sh downloads and unpacks it (apt, dpkg-deb
+# and depmod are on every Debian). strace, rdmacm-utils (rping), perftest and ucx-utils: the
+# verbs, RDMA CM and UCX tools run against Linux 7's rxe between pods
+# (shared/notes/rdma-kernel-facts.md) and strace for its RDMA netlink messages.
 APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-providers iproute2
     busybox-static file python3-pip util-linux libibverbs-dev librdmacm-dev clang libclang-dev
-    pkg-config)
+    pkg-config strace rdmacm-utils perftest ucx-utils)
+# The kernels a case may name, in boot order.
+KERNELS=(6.1 7)
 VNG_PIP=virtme-ng==1.42
-VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-540}
+VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-900}
+VM_CACHE=${RDMA_NS_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-ns/vm-kernels}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -38,21 +50,27 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---- manifest ---------------------------------------------------------------------------
 # One case a line (the format is described at the top of tests/vm/cases):
-#   "<name> <test-target> <test-name>...", "<name> <test-target> tests=<N> [skip=<test-name>...]"
-#   or "<name> script <path>". '#' starts a comment; blank lines are ignored.
+#   "<name> on=<kernels> <test-target> <test-name>...",
+#   "<name> on=<kernels> <test-target> tests=<N> [skip=<test-name>...]"
+#   or "<name> on=<kernels> script <path>", <kernels> a comma list of KERNELS.
+#   '#' starts a comment; blank lines are ignored. CASE_LINE holds the line without on=.
 CASE_NAMES=()
-declare -A CASE_LINE=()
+declare -A CASE_LINE=() CASE_KERNELS=()
 read_manifest() {
     [[ -f $manifest ]] || die "no manifest at $manifest"
-    local line name kind lineno=0
+    local line name on kind lineno=0
     while IFS= read -r line || [[ -n $line ]]; do
         lineno=$((lineno + 1))
         line=${line%%#*}
-        read -r name kind _ <<<"$line" || true
+        read -r name on _ <<<"$line" || true
         [[ -z ${name:-} ]] && continue
         [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || die "$manifest:$lineno: bad case name '$name'"
-        [[ -n ${kind:-} ]] || die "$manifest:$lineno: case '$name' names no test target"
         [[ -z ${CASE_LINE[$name]:-} ]] || die "$manifest:$lineno: case '$name' listed twice"
+        CASE_KERNELS[$name]=$(parse_kernels "${on:-}") ||
+            die "$manifest:$lineno: case '$name' must name its kernels next: on=<kernels>, a comma list of ${KERNELS[*]} (not '${on:-}')"
+        read -r _ _ kind _ <<<"$line" || true
+        line="$name ${line#*"$on"}"
+        [[ -n ${kind:-} ]] || die "$manifest:$lineno: case '$name' names no test target"
         if [[ $kind == script ]]; then
             local script
             read -r _ _ script _ <<<"$line"
@@ -77,6 +95,22 @@ read_manifest() {
         CASE_NAMES+=("$name")
         CASE_LINE[$name]=${words[*]}
     done <"$manifest"
+}
+
+# Prints the kernels of an "on=" word, space-separated, in KERNELS order; fails on an unknown
+# or repeated kernel.
+parse_kernels() {
+    local on=$1 k seen=() out=()
+    [[ $on == on=?* ]] || return 1
+    IFS=, read -r -a seen <<<"${on#on=}"
+    for k in "${seen[@]}"; do
+        [[ " ${KERNELS[*]} " == *" $k "* ]] || return 1
+    done
+    (($(printf '%s\n' "${seen[@]}" | sort -u | wc -l) == ${#seen[@]})) || return 1
+    for k in "${KERNELS[@]}"; do
+        [[ " ${seen[*]} " == *" $k "* ]] && out+=("$k")
+    done
+    echo "${out[*]}"
 }
 
 # Every `fn vm_*` of tests/*.rs must run in some case: named on a line of its target, or in a
@@ -125,8 +159,9 @@ ensure_packages() {
     fi
 }
 
-# Everything the tier uses on the host, named by its package, before the VM boots. (Inside the
-# guest, guest.sh checks that ibv_devices lists the rxe device before any case.)
+# Everything the tier uses on the host, named by its package, before the VM boots (the kernels
+# are checked by resolve_kernel; inside the guest, guest.sh checks that ibv_devices lists the
+# rxe device before any case).
 check_prerequisites() {
     local missing=() t
     for t in qemu-system-x86_64:qemu-system-x86 rdma:iproute2 ip:iproute2 ibv_devices:ibverbs-utils \
@@ -136,8 +171,6 @@ check_prerequisites() {
     done
     [[ -d /etc/libibverbs.d ]] && compgen -G '/usr/lib/*/libibverbs/librxe-rdmav*.so' >/dev/null ||
         missing+=("libibverbs rxe provider and /etc/libibverbs.d (ibverbs-providers)")
-    compgen -G '/boot/vmlinuz-*-amd64' >/dev/null || [[ -n ${RDMA_NS_VM_KERNEL:-} ]] ||
-        missing+=("/boot/vmlinuz-*-amd64 (linux-image-amd64)")
     pkg-config --exists libibverbs librdmacm 2>/dev/null ||
         missing+=("pkg-config libibverbs librdmacm (libibverbs-dev librdmacm-dev pkg-config)")
     compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null || compgen -G '/usr/lib/*/libclang*.so*' >/dev/null ||
@@ -145,18 +178,41 @@ check_prerequisites() {
     ((${#missing[@]} == 0)) || die "prerequisites missing: ${missing[*]}"
 }
 
-pick_kernel() {
-    if [[ -n ${RDMA_NS_VM_KERNEL:-} ]]; then
-        echo "$RDMA_NS_VM_KERNEL"
-        return
-    fi
-    local k
-    # shellcheck disable=SC2012 # version sort of a glob; names have no odd characters
-    k=$(ls -1 /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -n1)
-    [[ -n $k ]] || die "no /boot/vmlinuz-*-amd64: install linux-image-amd64"
-    echo "$k"
+# ---- kernels ----------------------------------------------------------------------------
+# Sets KIMG (the image to boot) and KREL (its release, `uname -r` in the guest) for kernel $1,
+# or prints why it cannot and fails.
+resolve_kernel() {
+    KIMG="" KREL=""
+    case $1 in
+    6.1)
+        if [[ -n ${RDMA_NS_VM_KERNEL:-} ]]; then
+            KIMG=$RDMA_NS_VM_KERNEL
+        else
+            # shellcheck disable=SC2012 # version sort of a glob; names have no odd characters
+            KIMG=$(ls -1 /boot/vmlinuz-6.1.*-amd64 2>/dev/null | sort -V | tail -n1)
+            [[ -n $KIMG ]] || { say "kernel 6.1: no /boot/vmlinuz-6.1.*-amd64: install linux-image-amd64 (Debian 12)"; return 1; }
+        fi
+        [[ -r $KIMG ]] || { say "kernel 6.1: cannot read $KIMG (Debian installs it 0600: run as root)"; return 1; }
+        KREL=${KIMG##*/vmlinuz-}
+        [[ -d /lib/modules/$KREL ]] || { say "kernel 6.1: no modules for $KIMG in /lib/modules/$KREL"; return 1; }
+        ;;
+    7)
+        # The VM must see the unpacked tree: its modules are linked into the guest's /lib/modules.
+        case $VM_CACHE/ in
+        /var/tmp/* | /var/log/* | /var/cache/* | /run/* | /var/lib/apt/* | /var/lib/private/*)
+            say "kernel 7: RDMA_NS_VM_CACHE $VM_CACHE is not visible inside the VM (a fresh tmpfs there): choose another"
+            return 1
+            ;;
+        esac
+        KIMG=$(bash "$here/fetch-kernel.sh" "$VM_CACHE") || {
+            say "kernel 7: could not fetch the newest trixie-backports kernel (above: what failed); the tier needs it"
+            return 1
+        }
+        KREL=$(basename "$(dirname "$KIMG")")
+        ;;
+    *) die "unknown kernel $1" ;;
+    esac
 }
-
 # ---- build ------------------------------------------------------------------------------
 # Prints "<kind> <target-name> <is-test> <executable>" for each executable cargo reports.
 artifacts() {
@@ -180,12 +236,17 @@ target_dir() {
 
 # ---- main -------------------------------------------------------------------------------
 main() {
-    local list=0 install=1 want=()
+    local list=0 install=1 want=() only=()
     while (($#)); do
         case $1 in
         --print-packages) echo "${APT_PACKAGES[*]}"; exit 0 ;;
         --list) list=1 ;;
         --no-install) install=0 ;;
+        --kernel)
+            (($# > 1)) && [[ " ${KERNELS[*]} " == *" $2 "* ]] || die "--kernel takes one of: ${KERNELS[*]}"
+            only+=("$2")
+            shift
+            ;;
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) want+=("$1") ;;
@@ -195,12 +256,16 @@ main() {
 
     read_manifest
     check_coverage
+    local name w k
     if ((list)); then
-        printf '%s\n' "${CASE_NAMES[@]}"
+        for name in "${CASE_NAMES[@]}"; do
+            k=${CASE_KERNELS[$name]}
+            echo "$name on=${k// /,}"
+        done
         exit 0
     fi
 
-    local selected=() name w
+    local selected=()
     if ((${#want[@]})); then
         for w in "${want[@]}"; do
             [[ -n ${CASE_LINE[$w]:-} ]] || die "no case '$w' in $manifest (see --list)"
@@ -212,16 +277,20 @@ main() {
         selected=("${CASE_NAMES[@]}")
     fi
     ((${#selected[@]})) || die "no cases in $manifest"
+    # The kernels to boot: those asked for (all by default) that a selected case runs on.
+    local boot=()
+    for k in "${KERNELS[@]}"; do
+        ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $k "* ]] || continue
+        for name in "${selected[@]}"; do
+            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && boot+=("$k") && break
+        done
+    done
+    ((${#boot[@]})) || die "none of the cases ${selected[*]} runs on kernel ${only[*]} (see --list)"
 
     local t0
     t0=$(now)
     if ((install)); then ensure_packages; fi
     check_prerequisites
-    local kernel
-    kernel=$(pick_kernel)
-    [[ -r $kernel ]] || die "cannot read $kernel (Debian installs it 0600: run as root)"
-    [[ -d /lib/modules/${kernel#/boot/vmlinuz-} ]] || die "no modules for $kernel"
-
     command -v cargo >/dev/null || die "cargo not found: the VM tier needs a Rust toolchain"
 
     # Build output must be visible in the VM: there / is the host's root read-only over 9p,
@@ -240,75 +309,117 @@ main() {
     mkdir -p "$tdir"
     exec 9>"$tdir/vm-results.lock"
     flock -n 9 || die "another tests/vm/run.sh is using $results"
-    rm -rf "$results"
+    # Only the kernels booted now lose their old results (tests/run.sh runs one kernel a tier).
     mkdir -p "$results"
+    for k in "${boot[@]}"; do rm -rf "${results:?}/$k"; done
+    build "$results" "${selected[@]}"
+    say "times (host wall clock): build $(elapsed "$t0" "$(now)") s"
 
+    TOTAL_PASSED=0 TOTAL_FAILED=0
+    local cases=()
+    for k in "${boot[@]}"; do
+        cases=()
+        for name in "${selected[@]}"; do
+            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && cases+=("$name")
+        done
+        run_kernel "$k" "$results/$k" "${cases[@]}"
+    done
+    echo
+    say "times (host wall clock): all $(elapsed "$t0" "$(now)") s"
+    echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed"
+    ((TOTAL_FAILED == 0))
+}
+
+# Builds rdma-ns and the test targets of the given cases; sets BIN and EXE[target].
+declare -A EXE=()
+BIN=""
+build() {
+    local results=$1 name kind tgt
+    shift
     say "building rdma-ns"
-    local bin
     (cd "$repo" && cargo build --bin rdma-ns --message-format=json-render-diagnostics) \
         >"$results/build.json" || die "cargo build failed"
-    bin=$(artifacts <"$results/build.json" | awk '$1 == "bin" && $2 == "rdma-ns" && $3 == 0 { print $4 }' | tail -n1)
-    [[ -x $bin ]] || die "cargo build reported no rdma-ns binary"
+    BIN=$(artifacts <"$results/build.json" | awk '$1 == "bin" && $2 == "rdma-ns" && $3 == 0 { print $4 }' | tail -n1)
+    [[ -x $BIN ]] || die "cargo build reported no rdma-ns binary"
 
-    local targets=() tgt kind
-    for name in "${selected[@]}"; do
+    local targets=()
+    for name in "$@"; do
         read -r _ kind _ <<<"${CASE_LINE[$name]}"
         [[ $kind == script ]] && continue
         [[ " ${targets[*]} " == *" $kind "* ]] || targets+=("$kind")
     done
-    declare -A exe=()
-    if ((${#targets[@]})); then
-        say "building test targets: ${targets[*]}"
-        local args=()
-        for tgt in "${targets[@]}"; do args+=(--test "$tgt"); done
-        (cd "$repo" && cargo test --no-run --features verbs --message-format=json-render-diagnostics "${args[@]}") \
-            >"$results/test-build.json" || die "cargo test --no-run failed"
-        local k n t e
-        while read -r k n t e; do
-            [[ $k == test && $t == 1 ]] && exe[$n]=$e
-        done < <(artifacts <"$results/test-build.json")
-    fi
+    ((${#targets[@]})) || return 0
+    say "building test targets: ${targets[*]}"
+    local args=()
+    for tgt in "${targets[@]}"; do args+=(--test "$tgt"); done
+    (cd "$repo" && cargo test --no-run --features verbs --message-format=json-render-diagnostics "${args[@]}") \
+        >"$results/test-build.json" || die "cargo test --no-run failed"
+    local k n t e
+    while read -r k n t e; do
+        [[ $k == test && $t == 1 ]] && EXE[$n]=$e
+    done < <(artifacts <"$results/test-build.json")
+    for tgt in "${targets[@]}"; do
+        [[ -n ${EXE[$tgt]:-} ]] || die "cargo built no test binary '$tgt'"
+    done
+}
 
-    # The plan the guest runs: "<name> test <executable> [args...]" or "<name> script <path>".
-    local plan=$results/plan words
+# The plan the guest runs, one case a line: "<name> test <binary> <expected count> <libtest
+# args...>" (names matched exactly) or "<name> script <path>".
+write_plan() {
+    local plan=$1 name words expected args w
+    shift
     : >"$plan"
-    for name in "${selected[@]}"; do
+    for name in "$@"; do
         read -r -a words <<<"${CASE_LINE[$name]}"
         if [[ ${words[1]} == script ]]; then
             echo "$name script $repo/${words[2]}" >>"$plan"
-        else
-            [[ -n ${exe[${words[1]}]:-} ]] || die "cargo built no test binary '${words[1]}' for case $name"
-            # "<name> test <binary> <expected count> <libtest args...>", names matched exactly
-            local expected args=(--exact) w
-            if [[ ${words[2]} == tests=* ]]; then
-                expected=${words[2]#tests=}
-                for w in "${words[@]:3}"; do args+=(--skip "${w#skip=}"); done
-            else
-                expected=$((${#words[@]} - 2))
-                args+=("${words[@]:2}")
-            fi
-            echo "$name test ${exe[${words[1]}]} $expected ${args[*]}" >>"$plan"
+            continue
         fi
+        args=(--exact)
+        if [[ ${words[2]} == tests=* ]]; then
+            expected=${words[2]#tests=}
+            for w in "${words[@]:3}"; do args+=(--skip "${w#skip=}"); done
+        else
+            expected=$((${#words[@]} - 2))
+            args+=("${words[@]:2}")
+        fi
+        echo "$name test ${EXE[${words[1]}]} $expected ${args[*]}" >>"$plan"
     done
-    local t_built
-    t_built=$(now)
+}
 
-    say "booting $kernel (TCG, timeout ${VM_TIMEOUT}s) for ${#selected[@]} case(s): ${selected[*]}"
-    local guest_cmd rc
-    guest_cmd="$(printf '%q' "$here/guest.sh") $(printf '%q' "$results") $(printf '%q' "$bin")"
+# Boots kernel $1 once for the cases $3..., results in $2; reports them and adds to the totals.
+run_kernel() {
+    local kernel=$1 results=$2 t_start rc
+    shift 2
+    mkdir -p "$results"
+    echo
+    t_start=$(now)
+    if ! resolve_kernel "$kernel"; then
+        report "$kernel" "$results" nokernel "$@"
+        return 0
+    fi
+    say "kernel $kernel: $KREL ($KIMG)"
+    write_plan "$results/plan" "$@"
+    say "booting $KREL (TCG, timeout ${VM_TIMEOUT}s) for ${#} case(s): $*"
+    local guest_cmd
+    guest_cmd="$(printf '%q ' "$here/guest.sh" "$results" "$BIN" "$KREL" "$kernel")"
     # timeout signals its whole process group (vng and its qemu); setsid keeps the VM off any
     # terminal; no stdin. Each console line is echoed with the host's elapsed seconds.
+    # vng finds the modules beside the image: /lib/modules/<release> for 6.1, the unpacked
+    # tree of fetch-kernel.sh for 7.
+    local t_boot
+    t_boot=$(now)
     set +e
     setsid timeout --kill-after=15 "$VM_TIMEOUT" \
-        vng -r "$kernel" --disable-kvm --force-9p --user root --memory "$VM_MEMORY" \
+        vng -r "$KIMG" --disable-kvm --force-9p --user root --memory "$VM_MEMORY" \
         --rwdir="$results" --cwd "$repo" --exec "$guest_cmd" \
-        </dev/null 2>&1 | console "$t_built" "$results"
+        </dev/null 2>&1 | console "$t_boot" "$results"
     rc=${PIPESTATUS[0]}
     set -e
     local t_end
     t_end=$(now)
-    say "times (host wall clock): build $(elapsed "$t0" "$t_built") s, boot $(cat "$results/boot-seconds" 2>/dev/null || echo '?') s, VM total $(elapsed "$t_built" "$t_end") s, all $(elapsed "$t0" "$t_end") s"
-    report "$results" "$rc" "${selected[@]}"
+    say "times (host wall clock), kernel $kernel ($KREL): fetch $(elapsed "$t_start" "$t_boot") s, boot $(cat "$results/boot-seconds" 2>/dev/null || echo '?') s, VM total $(elapsed "$t_boot" "$t_end") s"
+    report "$kernel" "$results" "$rc" "$@"
 }
 
 # Copies the console to stdout and console.log, prefixed with host seconds since boot start;
@@ -326,12 +437,13 @@ console() {
     done
 }
 
-# Reads the guest's results, prints the logs of failed cases, the table and the final
-# "N passed, N failed" line; fails when anything failed. A guest error, a guest that did not
-# reach its end, or a timeout adds a failed row "(vm)".
+# Reads the guest's results for kernel $1, prints the logs of failed cases, the table and
+# "kernel K: N passed, N failed", and adds them to the totals. A kernel that could not be had
+# (rc "nokernel"), a guest error, a guest that did not reach its end, or a timeout adds a failed
+# row "(vm K)".
 report() {
-    local results=$1 rc=$2
-    shift 2
+    local kernel=$1 results=$2 rc=$3
+    shift 3
     local -A status=() note=()
     local tag name st rest passed=0 failed=0 vmnote=""
     local res=$results/results
@@ -343,26 +455,29 @@ report() {
     done <"$res"
     for name in "$@"; do
         if [[ ${status[$name]:-} == FAIL && -f $results/cases/$name.log ]]; then
-            echo "---- log of failed case $name (last 60 lines of $results/cases/$name.log)"
+            echo "---- kernel $kernel: log of failed case $name (last 60 lines of $results/cases/$name.log)"
             tail -n 60 "$results/cases/$name.log"
         fi
     done
     if grep -q '^VMERROR' "$res"; then
-        echo "---- guest errors"
+        echo "---- kernel $kernel: guest errors"
         grep '^VMERROR' "$res"
         vmnote="guest error"
     fi
-    if ((rc == 124 || rc == 137)); then
-        echo "---- TIMEOUT: the VM run was killed after ${VM_TIMEOUT}s"
+    if [[ $rc == nokernel ]]; then
+        vmnote="kernel $kernel could not be had (its message is above)"
+    elif ((rc == 124 || rc == 137)); then
+        echo "---- kernel $kernel: TIMEOUT: the VM run was killed after ${VM_TIMEOUT}s"
         vmnote="timed out after ${VM_TIMEOUT}s"
     elif ((${#status[@]} == 0)); then
-        echo "---- BOOT FAILURE or the guest ran no case (vng exit $rc); console tail:"
+        echo "---- kernel $kernel: BOOT FAILURE or the guest ran no case (vng exit $rc); console tail:"
         if [[ -s $results/console.log ]]; then tail -n 40 "$results/console.log"; else echo "(the VM printed nothing)"; fi
         vmnote=${vmnote:-"boot failure (vng exit $rc)"}
     elif ! grep -q '^VMDONE' "$res"; then
         vmnote=${vmnote:-"guest did not finish (vng exit $rc)"}
     fi
     echo
+    echo "kernel $kernel${KREL:+ ($KREL)}:"
     printf '%-24s %-8s %s\n' CASE RESULT NOTE
     for name in "$@"; do
         st=${status[$name]:-}
@@ -377,16 +492,16 @@ report() {
         if [[ $st == PASS ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
         printf '%-24s %-8s %s\n' "$name" "$st" "${note[$name]:-}"
     done
-    if [[ -z $vmnote ]] && ((rc != 0 && failed == 0)); then
+    if [[ -z $vmnote && $rc != 0 ]] && ((failed == 0)); then
         vmnote="vng exited $rc"
     fi
     if [[ -n $vmnote ]]; then
         failed=$((failed + 1))
-        printf '%-24s %-8s %s\n' "(vm)" FAIL "$vmnote"
+        printf '%-24s %-8s %s\n' "(vm $kernel)" FAIL "$vmnote"
     fi
     echo "results and logs: $results"
-    echo "$passed passed, $failed failed"
-    ((failed == 0 && rc == 0))
+    echo "kernel $kernel: $passed passed, $failed failed"
+    TOTAL_PASSED=$((TOTAL_PASSED + passed)) TOTAL_FAILED=$((TOTAL_FAILED + failed))
 }
 
 main "$@"
