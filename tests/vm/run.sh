@@ -11,7 +11,7 @@
 #   --list        print "<case> on=<kernels>" for each case and exit
 #   --no-install  do not install packages (they are still checked)
 #   --print-packages  print the Debian packages this tier needs and exit
-# env: RDMA_NS_VM_TIMEOUT  seconds for each VM run (default 900: the tier takes 3-6 min a kernel on an idle 2-core machine; this only stops a hang)
+# env: RDMA_NS_VM_TIMEOUT  seconds for each VM run (default 1500; a kernel takes minutes, several times longer while other builds load the cores; this only stops a hang)
 #      RDMA_NS_VM_KERNEL   kernel image to boot as "6.1" (default: newest /boot/vmlinuz-6.1.*-amd64)
 #      RDMA_NS_VM_CACHE    where the Linux 7 packages are kept, unpacked (default: ~/.cache/rdma-ns/vm-kernels)
 #      RDMA_NS_VM_MEMORY   guest memory (default 2G)
@@ -39,7 +39,7 @@ APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-
 # The kernels a case may name, in boot order.
 KERNELS=(6.1 7)
 VNG_PIP=virtme-ng==1.42
-VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-900}
+VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-1500}
 VM_CACHE=${RDMA_NS_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-ns/vm-kernels}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
 
@@ -193,7 +193,7 @@ resolve_kernel() {
             [[ -n $KIMG ]] || { say "kernel 6.1: no /boot/vmlinuz-6.1.*-amd64: install linux-image-amd64 (Debian 12)"; return 1; }
         fi
         [[ -r $KIMG ]] || { say "kernel 6.1: cannot read $KIMG (Debian installs it 0600: run as root)"; return 1; }
-        KREL=${KIMG##*/vmlinuz-}
+        KREL=$(image_release "$KIMG") || { say "kernel 6.1: $KIMG names no kernel version (file -bL)"; return 1; }
         [[ -d /lib/modules/$KREL ]] || { say "kernel 6.1: no modules for $KIMG in /lib/modules/$KREL"; return 1; }
         ;;
     7)
@@ -208,11 +208,16 @@ resolve_kernel() {
             say "kernel 7: could not fetch the newest trixie-backports kernel (above: what failed); the tier needs it"
             return 1
         }
-        KREL=$(basename "$(dirname "$KIMG")")
+        KREL=$(image_release "$KIMG") || { say "kernel 7: $KIMG names no kernel version (file -bL)"; return 1; }
         ;;
     *) die "unknown kernel $1" ;;
     esac
 }
+# The release a kernel image says it is (what `uname -r` will print), as vng reads it too.
+image_release() {
+    file -bL "$1" | sed -n 's/.*, version \([^ ]*\) .*/\1/p' | grep .
+}
+
 # ---- build ------------------------------------------------------------------------------
 # Prints "<kind> <target-name> <is-test> <executable>" for each executable cargo reports.
 artifacts() {
