@@ -19,6 +19,7 @@ const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
 const IFLA_LINK: u16 = 5;
 const IFLA_LINKINFO: u16 = 18;
+const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_PROP_LIST: u16 = 52;
 const IFLA_ALT_IFNAME: u16 = 53;
 const IFLA_PERM_ADDRESS: u16 = 54;
@@ -93,6 +94,9 @@ pub fn link(payload: &[u8]) -> Result<Link, String> {
             IFLA_ADDRESS => link.hwaddr = value.to_vec(),
             IFLA_PERM_ADDRESS => link.perm_hwaddr = Some(value.to_vec()),
             IFLA_LINK => link.link = Some(u32_value(value, "IFLA_LINK")?),
+            IFLA_LINK_NETNSID => {
+                link.link_netnsid = Some(u32_value(value, "IFLA_LINK_NETNSID")? as i32)
+            }
             IFLA_PARENT_DEV_NAME => link.parent_dev = Some(nul_string(value)),
             IFLA_PARENT_DEV_BUS_NAME => link.parent_bus = Some(nul_string(value)),
             IFLA_LINKINFO => {
@@ -375,6 +379,7 @@ mod tests {
                 parent_dev: Some("0000:3b:00.2".into()),
                 parent_bus: Some("pci".into()),
                 link: Some(3),
+                link_netnsid: None,
                 info_data: vec![
                     (1, 0x8001u16.to_ne_bytes().to_vec()),
                     (2, 1u16.to_ne_bytes().to_vec()),
@@ -392,6 +397,24 @@ mod tests {
             })
         );
         assert_eq!(link.macvlan_mode(), None);
+    }
+
+    /// `ip link add link envd0 name envm0 netns envt1 type macvlan` seen from envt1 on 6.18:
+    /// `envm0@if1343 ... link-netnsid 0`.
+    #[test]
+    fn a_child_made_in_a_pod_names_its_lower_by_index_and_netns_id() {
+        let mut p = ifinfomsg(2, 1, 0x1002);
+        p.extend(nla(IFLA_IFNAME, b"envm0\0"));
+        p.extend(nla(IFLA_LINK, &1343u32.to_ne_bytes()));
+        p.extend(nla(IFLA_LINK_NETNSID, &0i32.to_ne_bytes()));
+        let child = link(&p).unwrap();
+        assert_eq!((child.link, child.link_netnsid), (Some(1343), Some(0)));
+        let mut p = ifinfomsg(2, 1, 0x1002);
+        p.extend(nla(IFLA_IFNAME, b"envm0\0"));
+        p.extend(nla(IFLA_LINK_NETNSID, &(-1i32).to_ne_bytes()));
+        assert_eq!(link(&p).unwrap().link_netnsid, Some(-1));
+        p.extend(nla(IFLA_LINK_NETNSID, &[0; 2]));
+        assert!(link(&p).unwrap_err().contains("IFLA_LINK_NETNSID"));
     }
 
     #[test]

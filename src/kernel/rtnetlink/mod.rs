@@ -14,6 +14,7 @@
 //! reused while it is cached.
 
 mod decode;
+mod peer;
 mod request;
 
 #[cfg(test)]
@@ -190,6 +191,10 @@ pub struct Link {
     pub parent_bus: Option<String>,
     /// IFLA_LINK: the lower device's ifindex (macvlan/ipoib children, veth peers).
     pub link: Option<u32>,
+    /// IFLA_LINK_NETNSID: the id, in this link's netns, of the netns the lower device lives in;
+    /// None when it lives in the link's own netns (rtnetlink.c `rtnl_fill_link_netnsid` puts it
+    /// only for a lower device elsewhere, as a macvlan made in a pod on a host parent).
+    pub link_netnsid: Option<i32>,
     /// IFLA_INFO_DATA attributes as (type, value), for the kinds whose settings are read back
     /// (ipoib, macvlan): netlink-created IPoIB children have no mode/pkey/umcast in sysfs.
     pub info_data: Vec<(u16, Vec<u8>)>,

@@ -99,6 +99,22 @@ pub fn get_link_by_index(index: u32) -> Request {
     (RouteNetlinkMessage::GetLink(msg), 0)
 }
 
+/// IFLA_TARGET_NETNSID (linux/if_link.h, alias of IFLA_IF_NETNSID).
+const IFLA_TARGET_NETNSID: u16 = 46;
+
+/// RTM_GETLINK for an ifindex of the netns the sending socket's netns knows as `netnsid` (an
+/// upper device's IFLA_LINK_NETNSID). The kernel answers only a sender with CAP_NET_ADMIN
+/// over that netns and EACCES otherwise (rtnetlink.c `rtnl_get_net_ns_capable`).
+pub fn get_link_by_index_in_netnsid(index: u32, netnsid: i32) -> Request {
+    let mut msg = link_message(index);
+    msg.attributes.push(ext_mask());
+    msg.attributes.push(LinkAttribute::Other(DefaultNla::new(
+        IFLA_TARGET_NETNSID,
+        netnsid.to_ne_bytes().to_vec(),
+    )));
+    (RouteNetlinkMessage::GetLink(msg), 0)
+}
+
 pub fn dump_links() -> Request {
     let mut msg = link_message(0);
     msg.attributes.push(ext_mask());
@@ -718,6 +734,15 @@ mod tests {
             normalized(hex(
                 "28000000 12000500 00000000 00000000 00000000 08000000 00000000 00000000
                  08001d00 08000000"
+            ))
+        );
+        // The same in the netns the socket's netns calls 0: IFLA_TARGET_NETNSID (46), s32.
+        let (msg, flags) = get_link_by_index_in_netnsid(1343, 0);
+        assert_eq!(
+            normalized(frame(msg, flags, 1)),
+            normalized(hex(
+                "30000000 12000500 00000000 00000000 00000000 3f050000 00000000 00000000
+                 08001d00 08000000 08002e00 00000000"
             ))
         );
         // NLM_F_DUMP (0x300), no ACK; ifinfomsg all zero as strict checking requires.
