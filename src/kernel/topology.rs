@@ -675,6 +675,25 @@ impl<'a> RdmaSysfs<'a> {
     /// rxe), which callers that only care about a netdev's own ib device need not pay for every
     /// non-RDMA netdev.
     pub fn ib_ports_of_own_device(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
+        let out = self.ib_ports_under_netdev_device(ifname)?;
+        if !out.is_empty() {
+            return Ok(out);
+        }
+        Ok(self
+            .soft_rdma_parents()?
+            .into_iter()
+            .filter(|(_, parent)| parent == ifname)
+            .map(|(ibdev, _)| IbPortRef {
+                ibdev,
+                port: 1,
+                via: NetdevLink::Parent,
+            })
+            .collect())
+    }
+
+    /// The ports of the ib devices under the netdev's own parent device (`class/net/<if>/device`)
+    /// whose number is the netdev's `dev_port` + 1; none for a virtual netdev.
+    pub fn ib_ports_under_netdev_device(&self, ifname: &str) -> io::Result<Vec<IbPortRef>> {
         plain_name(ifname)?;
         let base = Path::new("class/net").join(ifname);
         let mut out = Vec::new();
@@ -696,18 +715,20 @@ impl<'a> RdmaSysfs<'a> {
                     });
                 }
             }
-            if !out.is_empty() {
-                return Ok(out);
-            }
         }
+        Ok(out)
+    }
+
+    /// `(ib device, netdev)` of every software RDMA device (rxe, siw) by its `parent` file. The
+    /// name is the netdev's name in its own netns: in shared mode two pods' devices can both
+    /// name a `net1`.
+    pub fn soft_rdma_parents(&self) -> io::Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
         for ibdev in self.device_names()? {
             let dir = Path::new("class/infiniband").join(&ibdev);
-            if read_opt(self.sys, &dir.join("parent"))?.as_deref() == Some(ifname) {
-                out.push(IbPortRef {
-                    ibdev,
-                    port: 1,
-                    via: NetdevLink::Parent,
-                });
+            if let Some(parent) = read_opt(self.sys, &dir.join("parent"))?.filter(|p| !p.is_empty())
+            {
+                out.push((ibdev, parent));
             }
         }
         Ok(out)

@@ -1,7 +1,7 @@
 //! Looking a link up in a peer netns, by the id the socket's own netns knows that netns by.
 
-use super::{request, RealKernel};
 use super::Link;
+use super::{request, RealKernel};
 use crate::kernel::{KResult, KernelError, Ns};
 
 impl RealKernel {

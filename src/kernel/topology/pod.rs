@@ -13,8 +13,94 @@ use std::path::Path;
 
 use super::files::{
     absent, invalid, numeric_entries, open_dir, plain_name, port_dir, read_once_at, read_opt,
+    read_opt_abs, resolve,
 };
-use super::{parse_gid, CharDev, CharDevKind, GidEntry, GidType, PortState, RdmaSysfs};
+use super::{
+    bus_device, parse_gid, BusDevice, CharDev, CharDevKind, GidEntry, GidType, PortState, RdmaSysfs,
+};
+
+/// What one pass over a port's GID table found ([`RdmaSysfs::scan_gids`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GidScan {
+    pub hits: Vec<GidEntry>,
+    pub first_v2: FirstRoceV2,
+}
+
+/// The lowest index of a RoCE v2 GID of each kind in the part of a table a scan read, any
+/// netdev's. NCCL (`ncclIbGetGidIndex` with NCCL_IB_GID_INDEX unset) takes the first RoCE v2
+/// GID of NCCL_IB_ADDR_FAMILY that is not link-local; UCX (`uct_ib_device_select_gid` with
+/// UCX_IB_GID_INDEX auto) the first RoCE v2 IPv4 GID, else the first RoCE v2 IPv6 one,
+/// link-local included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FirstRoceV2 {
+    /// An IPv4-mapped GID.
+    pub ipv4: Option<u32>,
+    /// An IPv6 GID other than link-local (`fe80::/64`, NCCL's `linkLocalGid`).
+    pub ipv6_routable: Option<u32>,
+    /// Any IPv6 GID, link-local included.
+    pub ipv6: Option<u32>,
+}
+
+impl FirstRoceV2 {
+    /// Whether an entry of `family` could still be the first of its kind.
+    fn open_for(&self, family: GidFamily) -> bool {
+        match family {
+            GidFamily::Ipv4 => self.ipv4.is_none(),
+            GidFamily::Ipv6Routable => self.ipv6_routable.is_none() || self.ipv6.is_none(),
+            GidFamily::Ipv6LinkLocal => self.ipv6.is_none(),
+            GidFamily::Empty => false,
+        }
+    }
+
+    fn note(&mut self, family: GidFamily, index: u32) {
+        let first = |slot: &mut Option<u32>| {
+            slot.get_or_insert(index);
+        };
+        match family {
+            GidFamily::Ipv4 => first(&mut self.ipv4),
+            GidFamily::Ipv6Routable => {
+                first(&mut self.ipv6_routable);
+                first(&mut self.ipv6);
+            }
+            GidFamily::Ipv6LinkLocal => first(&mut self.ipv6),
+            GidFamily::Empty => {}
+        }
+    }
+}
+
+/// How NCCL and UCX class a GID (`getGidAddrFamily`, `linkLocalGid`, `configuredGid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GidFamily {
+    Ipv4,
+    Ipv6Routable,
+    Ipv6LinkLocal,
+    Empty,
+}
+
+impl GidFamily {
+    /// From the `%pI6` text of a `gids/N` file.
+    fn of_text(text: &[u8]) -> GidFamily {
+        const EMPTY: &[u8] = b"0000:0000:0000:0000:0000:0000:0000:0000";
+        if text == EMPTY {
+            GidFamily::Empty
+        } else if text.starts_with(b"0000:0000:0000:0000:0000:ffff:") {
+            GidFamily::Ipv4
+        } else if text.starts_with(b"fe80:0000:0000:0000:") {
+            GidFamily::Ipv6LinkLocal
+        } else {
+            GidFamily::Ipv6Routable
+        }
+    }
+}
+
+/// Where an ib device sits ([`RdmaSysfs::placement`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The PCI function, `0000:3b:00.0`.
+    pub pci_address: Option<String>,
+    /// The function's `numa_node`; None for NUMA_NO_NODE.
+    pub numa_node: Option<u32>,
+}
 
 impl RdmaSysfs<'_> {
     /// The port numbers of an ib device, in order; none when the device does not exist.
@@ -45,11 +131,8 @@ impl RdmaSysfs<'_> {
         self.class_char_devs("class/infiniband_verbs", &[CharDevKind::Uverbs])
     }
 
-    /// The entries of a port's GID table whose GID is one of `wanted`, with type and netdev.
-    /// Reads `gids/N` once per entry (through a directory fd, so the `class/infiniband`
-    /// symlink is resolved once, not once an entry) and the attributes only of hits. With
-    /// `stop_at_v2`, the scan ends once every wanted GID has a RoCE v2 entry (mlx5 adds v1
-    /// before v2 for each address, rxe only v2), since [`super::find_gid`] prefers v2.
+    /// The entries of a port's GID table whose GID is one of `wanted`, with type and netdev
+    /// ([`RdmaSysfs::scan_gids`] without what it learns about the rest of the table).
     pub fn gids_matching(
         &self,
         ibdev: &str,
@@ -57,26 +140,37 @@ impl RdmaSysfs<'_> {
         wanted: &[Ipv6Addr],
         stop_at_v2: bool,
     ) -> io::Result<Vec<GidEntry>> {
+        Ok(self.scan_gids(ibdev, port, wanted, stop_at_v2)?.hits)
+    }
+
+    /// One pass over a port's GID table: the entries whose GID is one of `wanted`, with type
+    /// and netdev, and the first RoCE v2 entry of each address family, whatever its netdev
+    /// ([`FirstRoceV2`]: what NCCL and UCX select when no GID index is given).
+    ///
+    /// Reads `gids/N` once per entry (through a directory fd, so the `class/infiniband`
+    /// symlink is resolved once, not once an entry), the netdev only of hits, and the type of
+    /// hits and of the entries that could be a family's first RoCE v2 GID. With `stop_at_v2`,
+    /// the scan ends once every wanted GID has a RoCE v2 entry (mlx5 adds v1 before v2 for
+    /// each address, rxe only v2; [`super::find_gid`] prefers v2) and the first RoCE v2 IPv4
+    /// entry is known (UCX takes it whatever the interface's family).
+    pub fn scan_gids(
+        &self,
+        ibdev: &str,
+        port: u32,
+        wanted: &[Ipv6Addr],
+        stop_at_v2: bool,
+    ) -> io::Result<GidScan> {
         plain_name(ibdev)?;
         let port_rel = port_dir(ibdev, port);
+        let mut scan = GidScan::default();
         if wanted.is_empty() {
-            return Ok(Vec::new());
+            return Ok(scan);
         }
         // `%pI6` text of each wanted GID: compared as bytes, no parse per entry.
         let texts: Vec<String> = wanted.iter().map(|g| gid_text(*g)).collect();
         let gids_dir = self.sys.path(port_rel.join("gids"));
-        let dir = match open_dir(&gids_dir) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("ib device {ibdev} has no port {port}"),
-                ))
-            }
-            Err(e) => return Err(e),
-        };
+        let dir = open_gids_dir(&gids_dir, ibdev, port)?;
         let mut v2_found = vec![false; wanted.len()];
-        let mut out = Vec::new();
         let mut buf = [0u8; 64];
         for index in numeric_entries(self.sys, &port_rel.join("gids"))? {
             let text = match read_at(&dir, &index.to_string(), &mut buf) {
@@ -89,27 +183,94 @@ impl RdmaSysfs<'_> {
                     ))
                 }
             };
-            let Some(which) = texts.iter().position(|t| t.as_bytes() == text) else {
+            let which = texts.iter().position(|t| t.as_bytes() == text);
+            let family = GidFamily::of_text(text);
+            if which.is_none() && !scan.first_v2.open_for(family) {
                 continue;
-            };
-            // The text matched a well-formed GID, so it parses; parse_gid keeps one rule.
-            let path = port_rel.join("gids").join(index.to_string());
-            let gid = parse_gid(&texts[which]).map_err(|m| invalid(&path, m))?;
-            let (gid_type, ndev) = self.gid_attrs(&port_rel, index)?;
-            if gid_type == Some(GidType::RoceV2) {
-                v2_found[which] = true;
             }
-            out.push(GidEntry {
-                index,
-                gid,
-                gid_type,
-                ndev,
-            });
-            if stop_at_v2 && v2_found.iter().all(|f| *f) {
+            let i = index.to_string();
+            let attrs = port_rel.join("gid_attrs");
+            let gid_type =
+                read_opt(self.sys, &attrs.join("types").join(&i))?.map(|t| GidType::parse(&t));
+            if gid_type == Some(GidType::RoceV2) {
+                scan.first_v2.note(family, index);
+            }
+            if let Some(which) = which {
+                // The text matched a well-formed GID, so it parses; parse_gid keeps one rule.
+                let path = port_rel.join("gids").join(&i);
+                let gid = parse_gid(&texts[which]).map_err(|m| invalid(&path, m))?;
+                let ndev = read_opt(self.sys, &attrs.join("ndevs").join(&i))?;
+                v2_found[which] |= gid_type == Some(GidType::RoceV2);
+                scan.hits.push(GidEntry {
+                    index,
+                    gid,
+                    gid_type,
+                    ndev,
+                });
+            }
+            if stop_at_v2 && v2_found.iter().all(|f| *f) && scan.first_v2.ipv4.is_some() {
                 break;
             }
         }
-        Ok(out)
+        Ok(scan)
+    }
+
+    /// The netdev of one GID table entry (`gid_attrs/ndevs/N`), or None when it has none.
+    /// Entry 0 of a RoCE port is the default GID of the port's own netdev.
+    pub fn gid_ndev(&self, ibdev: &str, port: u32, index: u32) -> io::Result<Option<String>> {
+        plain_name(ibdev)?;
+        read_opt(
+            self.sys,
+            &port_dir(ibdev, port)
+                .join("gid_attrs/ndevs")
+                .join(index.to_string()),
+        )
+    }
+
+    /// The ib devices under a bus device (`bus/<bus>/devices/<name>/infiniband/*`, as a
+    /// netdev's IFLA_PARENT_DEV_BUS_NAME and IFLA_PARENT_DEV_NAME name it): mlx5 registers its
+    /// ib device under the same PCI function or SF aux device as the netdev.
+    pub fn ib_devices_under(&self, bus: &str, name: &str) -> io::Result<Vec<String>> {
+        plain_name(bus)?;
+        plain_name(name)?;
+        self.sys.list_dir(
+            Path::new("bus")
+                .join(bus)
+                .join("devices")
+                .join(name)
+                .join("infiniband"),
+        )
+    }
+
+    /// The PCI function an ib device sits on and its NUMA node, as NCCL's topology reads
+    /// them (`realpath class/infiniband/<dev>/device`); an SF's is the function its aux
+    /// device sits under. Both None for a virtual device (rxe has no `device`).
+    pub fn placement(&self, ibdev: &str) -> io::Result<Placement> {
+        plain_name(ibdev)?;
+        let link = Path::new("class/infiniband").join(ibdev).join("device");
+        let Some(dir) = resolve(&self.sys.path(link))? else {
+            return Ok(Placement::default());
+        };
+        let pci_dir = match bus_device(&dir)? {
+            BusDevice::Pci { .. } => Some(dir.as_path()),
+            BusDevice::Auxiliary {
+                pci_parent: Some(_),
+                ..
+            } => dir.parent(),
+            _ => None,
+        };
+        let Some(pci_dir) = pci_dir else {
+            return Ok(Placement::default());
+        };
+        Ok(Placement {
+            pci_address: pci_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+            // `%d`; -1 is NUMA_NO_NODE.
+            numa_node: read_opt_abs(&pci_dir.join("numa_node"))?
+                .and_then(|v| v.parse::<i64>().ok())
+                .and_then(|v| u32::try_from(v).ok()),
+        })
     }
 
     /// One GID table entry (IPoIB uses entry 0, the port GID), or None when it is empty.
@@ -134,4 +295,15 @@ fn read_at<'b>(dir: &fs::File, name: &str, buf: &'b mut [u8]) -> io::Result<&'b 
     let (_, n) = read_once_at(dir, name, buf)?;
     let text = &buf[..n];
     Ok(text.strip_suffix(b"\n").unwrap_or(text))
+}
+
+/// A port's `gids` directory; an absent one is a port that does not exist.
+fn open_gids_dir(path: &Path, ibdev: &str, port: u32) -> io::Result<fs::File> {
+    match open_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("ib device {ibdev} has no port {port}"),
+        )),
+        other => other,
+    }
 }
