@@ -1,27 +1,48 @@
 //! What RDMA a network namespace has, read from inside it: for each interface with an ib
-//! device behind it, the device and port, link layer, port state, uverbs char device and the
-//! GID index of each address, from the kernel's tables. `rdma-ns env` turns that into NCCL and
-//! UCX variables ([`vars`]); `rdma-ns-probe` opens the devices it names.
+//! device behind it, the device and port, link layer, port state, uverbs char device, the
+//! GID index of each address from the kernel's tables, and where the device sits (PCI
+//! function, NUMA node). `rdma-ns env` turns that into NCCL and UCX variables ([`vars`]);
+//! `rdma-ns-probe` opens the devices it names.
 //!
 //! Read-only: nothing here changes the kernel. The interfaces come from rtnetlink in the
 //! netns (a pod's sysfs would do for names, but not for addresses); everything about ib
 //! devices comes from a sysfs that shows that netns (a pod's own /sys, or one mounted inside
-//! the netns with [`Netns::with_own_sysfs`]).
+//! the netns with [`Netns::with_own_sysfs`]); what only a socket in the netns can tell (a
+//! port's netdev, an upper device's lower) comes through [`NetnsView`].
 //!
-//! How an interface is tied to an ib port, by kind:
+//! An interface is tied to an ib port by identity, never by a name alone: names repeat
+//! across pods (every pod has a `net1`), and in shared netns mode every pod sees every ib
+//! device. By kind:
 //! - a netdev with its own device (a moved PF/VF/SF netdev, an IPoIB parent): the ib device
-//!   under the same PCI or auxiliary device, port `dev_port` + 1 ([`RdmaSysfs::ib_ports_of_own_device`],
-//!   which also knows rxe's `parent`);
-//! - a RoCE upper device (macvlan, ipvlan, VLAN child) created in the pod: the port whose GID
-//!   table holds its address under its name. roce_gid_mgmt.c adds GIDs for the addresses of
-//!   a port's netdev and of its upper devices only, so other kinds (veth) are never searched;
-//!   only ib devices whose uverbs node the pod can see are searched first, since the device
-//!   plugin hands a pod exactly those;
+//!   under the same PCI or auxiliary device, port `dev_port` + 1
+//!   ([`RdmaSysfs::ib_ports_under_netdev_device`]); the pod's sysfs lists only the pod's
+//!   netdevs (class/net is tagged by netns), so the `class/net` entry is the pod's own;
+//! - a software RDMA device (rxe) bound to a pod netdev: its `parent` file names the netdev
+//!   as it is called in its own netns, so only candidates come from it; RDMA netlink asked
+//!   from the pod's netns reports a port's netdev only when that netdev is in the pod's netns
+//!   (nldev.c `fill_port_info`), and its ifindex must be the interface's;
+//! - a RoCE upper device (macvlan, ipvlan, VLAN child): through its lower device (IFLA_LINK,
+//!   in the netns IFLA_LINK_NETNSID names) to the ib device under the lower's parent device,
+//!   and there the GID table entry holding the child's address under its name
+//!   ([`uppers`]). A pod without CAP_NET_ADMIN over the host cannot resolve the lower (the
+//!   kernel refuses the lookup; the host netdev is hidden from the pod's sysfs and from RDMA
+//!   netlink), and then the GID tables are searched: the ib devices whose uverbs node the pod
+//!   has first (the device plugin hands a pod exactly those), then the rest.
+//!   roce_gid_mgmt.c adds GIDs for the addresses of a port's netdev and of its upper devices
+//!   only, so other kinds (veth) are never searched;
 //! - an IPoIB child: the InfiniBand port whose GID 0 is bytes 4-19 of the child's 20-byte
 //!   hardware address (a child shares its parent's port GID).
 
+mod describe;
+mod problems;
+mod ties;
+mod uppers;
 pub mod vars;
+mod view;
 
+pub use view::{KernelView, NetnsView, PortNetdev};
+
+use std::cell::OnceCell;
 use std::cmp::Ordering;
 use std::fmt;
 use std::io;
@@ -32,11 +53,10 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 use serde::Serialize;
 
+use crate::kernel::rtnetlink::RealKernel;
 use crate::kernel::rtnetlink::{Link, NetOps};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::{
-    find_gid, CharDev, GidEntry, LinkLayer, NetdevLink, PortState, RdmaSysfs,
-};
+use crate::kernel::topology::{CharDev, RdmaSysfs};
 use crate::kernel::{KernelError, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
@@ -60,6 +80,11 @@ pub struct Iface {
     pub hwaddr: Vec<u8>,
     pub up: bool,
     pub addrs: Vec<IpNetwork>,
+    /// IFLA_LINK: an upper device's lower device, by ifindex in the netns it lives in.
+    pub lower: Option<u32>,
+    /// IFLA_LINK_NETNSID: that netns, by the id this netns knows it by; None when the lower
+    /// lives in this netns.
+    pub lower_netnsid: Option<i32>,
 }
 
 impl Iface {
@@ -73,6 +98,8 @@ impl Iface {
             hwaddr: link.hwaddr.clone(),
             up: link.up,
             addrs,
+            lower: link.link,
+            lower_netnsid: link.link_netnsid,
         }
     }
 
@@ -96,10 +123,14 @@ impl Iface {
 pub enum Via {
     /// The netdev's own device (moved PF/VF/SF netdev or IPoIB parent).
     OwnDevice,
-    /// rxe/siw's `parent` file names the netdev.
+    /// rxe/siw's `parent` file names the netdev, and RDMA netlink in this netns reports the
+    /// port's netdev as this interface (by ifindex).
     SoftRdmaParent,
     /// A GID table entry holds one of its addresses under its name (macvlan/ipvlan/VLAN).
     GidTable,
+    /// Its lower device is the netdev of the port (macvlan/ipvlan/VLAN), though the port's
+    /// table holds none of its addresses.
+    LowerDevice,
     /// Its IPoIB hardware address carries the port's GID 0 (IPoIB child).
     PortGid,
 }
@@ -138,6 +169,28 @@ pub struct Finding {
     pub gid_index: Option<u32>,
     /// The GID at `gid_index`, as the kernel's table holds it.
     pub gid: Option<Ipv6Addr>,
+    /// The address RDMA on this interface goes by: the one of the chosen RoCE GID; on
+    /// InfiniBand the interface's first address (IPoIB's, what NCCL's bootstrap uses).
+    pub ip: Option<IpAddr>,
+    /// What NCCL and UCX select on this port by themselves when no GID index is given
+    /// (RoCE only).
+    pub auto_gid_index: AutoGid,
+    /// The PCI function of the ib device (of the function under an SF); None for a virtual
+    /// device. With `numa_node`, what a job needs to pair GPUs and NICs.
+    pub pci_address: Option<String>,
+    /// The NUMA node of that PCI function; None when it has none.
+    pub numa_node: Option<u32>,
+}
+
+/// The GID index NCCL (for the address family of the chosen GID, as NCCL_IB_ADDR_FAMILY names
+/// it) and UCX pick on a RoCE port when NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX are unset: the
+/// first RoCE v2 GID of the family in the port's table, whoever's netdev it is. In shared
+/// netns mode the table also holds the node's and other pods' GIDs, so this need not be the
+/// pod's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AutoGid {
+    pub nccl: Option<u32>,
+    pub ucx: Option<u32>,
 }
 
 impl Finding {
@@ -199,6 +252,8 @@ pub struct Discovery {
 pub enum DiscoverError {
     #[error("{0} is not a usable network namespace: {1}")]
     Netns(PathBuf, io::Error),
+    #[error("cannot open a netlink socket inside {0}: {1}")]
+    Socket(PathBuf, io::Error),
     #[error("{0}")]
     Netlink(#[from] KernelError),
     #[error("{what}: {err}")]
@@ -227,37 +282,73 @@ pub fn interfaces(kernel: &dyn NetOps, ns: Ns<'_>) -> Result<Vec<Iface>, Discove
 }
 
 /// Discovers the RDMA of the netns the process is in (`netns` None: a pod's own view, its
-/// /sys) or of `netns` (the node's view of a pod: rtnetlink from inside it and a sysfs
-/// mounted inside it). `dev_dir` is where uverbs nodes are looked for.
+/// /sys) or of `netns` (the node's view of a pod: rtnetlink and RDMA netlink from sockets
+/// inside it and a sysfs mounted inside it). `dev_dir` is where uverbs nodes are looked for.
 pub fn discover_netns(
-    kernel: &dyn NetOps,
+    kernel: &RealKernel,
     netns: Option<&Path>,
     sys: &SysRoot,
     dev_dir: &Path,
 ) -> Result<Discovery, DiscoverError> {
-    match netns {
-        None => {
-            let ifaces = interfaces(kernel, Ns::Host)?;
-            discover(sys, dev_dir, &ifaces)
+    let Some(path) = netns else {
+        let ifaces = interfaces(kernel, Ns::Host)?;
+        return discover(sys, dev_dir, &ifaces, &KernelView::new(kernel, Ns::Host));
+    };
+    let ns = Netns::open(path).map_err(|e| DiscoverError::Netns(path.into(), e))?;
+    let ifaces = interfaces(kernel, Ns::Pod(&ns))?;
+    // A fixture root (tests) stands for the netns' own sysfs.
+    if sys.root() != Path::new("/sys") {
+        return discover(
+            sys,
+            dev_dir,
+            &ifaces,
+            &KernelView::new(kernel, Ns::Pod(&ns)),
+        );
+    }
+    let mut out = None;
+    ns.with_own_sysfs(|pod_sys| {
+        // This thread is inside the pod's netns, so the sockets it opens act there; the
+        // caller's sockets stay on their thread.
+        out = Some(match RealKernel::new() {
+            Ok(here) => discover(pod_sys, dev_dir, &ifaces, &KernelView::new(&here, Ns::Host)),
+            Err(e) => Err(DiscoverError::Socket(path.into(), e)),
+        });
+        Ok(())
+    })
+    .map_err(DiscoverError::sysfs(format!(
+        "mounting a sysfs inside {}",
+        path.display()
+    )))?;
+    out.expect("the closure ran")
+}
+
+/// What one discovery reads once and every step shares: the sysfs view, the ib devices and
+/// uverbs devices it lists, where uverbs nodes are, and the netns's sockets.
+struct Scope<'a> {
+    topo: RdmaSysfs<'a>,
+    dev_dir: &'a Path,
+    devices: Vec<String>,
+    uverbs: Vec<CharDev>,
+    view: &'a dyn NetnsView,
+    soft_parents: OnceCell<Vec<(String, String)>>,
+}
+
+impl Scope<'_> {
+    /// `(ib device, parent netdev)` of the software RDMA devices, read on first use.
+    fn soft_parents(&self) -> Result<&[(String, String)], DiscoverError> {
+        if self.soft_parents.get().is_none() {
+            let read = self
+                .topo
+                .soft_rdma_parents()
+                .map_err(DiscoverError::sysfs("reading the ib devices' parent files"))?;
+            let _ = self.soft_parents.set(read);
         }
-        Some(path) => {
-            let ns = Netns::open(path).map_err(|e| DiscoverError::Netns(path.into(), e))?;
-            let ifaces = interfaces(kernel, Ns::Pod(&ns))?;
-            // A fixture root (tests) stands for the netns' own sysfs.
-            if sys.root() != Path::new("/sys") {
-                return discover(sys, dev_dir, &ifaces);
-            }
-            let mut out = None;
-            ns.with_own_sysfs(|pod_sys| {
-                out = Some(discover(pod_sys, dev_dir, &ifaces));
-                Ok(())
-            })
-            .map_err(DiscoverError::sysfs(format!(
-                "mounting a sysfs inside {}",
-                path.display()
-            )))?;
-            out.expect("the closure ran")
-        }
+        Ok(self.soft_parents.get().expect("set above"))
+    }
+
+    /// The uverbs node of `ibdev` this process can open, when there is one.
+    fn uverbs_node(&self, ibdev: &str) -> Option<PathBuf> {
+        uverbs_node(&self.uverbs, ibdev, self.dev_dir)
     }
 }
 
@@ -266,16 +357,23 @@ pub fn discover(
     sys: &SysRoot,
     dev_dir: &Path,
     ifaces: &[Iface],
+    view: &dyn NetnsView,
 ) -> Result<Discovery, DiscoverError> {
     let topo = RdmaSysfs::new(sys);
-    let uverbs = topo
-        .uverbs_devices()
-        .map_err(DiscoverError::sysfs("reading class/infiniband_verbs"))?;
-    let devices = topo
-        .device_names()
-        .map_err(DiscoverError::sysfs("reading class/infiniband"))?;
-    let (mut ports, uppers) = tie_to_own_ports(&topo, &devices, ifaces)?;
-    ports.extend(place_uppers(&topo, &devices, &uverbs, dev_dir, &uppers)?);
+    let scope = Scope {
+        uverbs: topo
+            .uverbs_devices()
+            .map_err(DiscoverError::sysfs("reading class/infiniband_verbs"))?,
+        devices: topo
+            .device_names()
+            .map_err(DiscoverError::sysfs("reading class/infiniband"))?,
+        topo,
+        dev_dir,
+        view,
+        soft_parents: OnceCell::new(),
+    };
+    let (mut ports, uppers) = ties::tie_to_own_ports(&scope, ifaces)?;
+    ports.extend(uppers::place_uppers(&scope, &uppers)?);
 
     let mut out = Discovery::default();
     for tie in ports {
@@ -286,83 +384,35 @@ pub fn discover(
         else {
             continue;
         };
-        let finding = describe(&topo, &uverbs, dev_dir, &brief, tie)?;
-        out.problems.extend(problems_of(&finding, &uverbs, dev_dir));
+        let finding = describe::describe(&scope, &brief, tie)?;
+        out.problems
+            .extend(problems::problems_of(&finding, &scope.uverbs, dev_dir));
         out.interfaces.push(finding);
     }
     sort_findings(&mut out.interfaces);
     if out.interfaces.is_empty() {
-        out.problems.push(no_rdma_interface(ifaces, &devices));
+        out.problems.push(no_rdma_interface(ifaces, &scope.devices));
     }
     Ok(out)
 }
 
-/// The interfaces tied to a port by their own device or, for an IPoIB child, by their port
-/// GID; and the RoCE upper devices with an address, which only a GID table search can tie.
-fn tie_to_own_ports<'i>(
-    topo: &RdmaSysfs<'_>,
-    devices: &[String],
-    ifaces: &'i [Iface],
-) -> Result<(Vec<Tie<'i>>, Vec<&'i Iface>), DiscoverError> {
-    let mut ports: Vec<Tie> = Vec::new();
-    let mut uppers: Vec<&Iface> = Vec::new();
-    for iface in ifaces {
-        let own = topo
-            .ib_ports_of_own_device(&iface.name)
-            .map_err(DiscoverError::sysfs(format!(
-                "reading the ib devices of {}",
-                iface.name
-            )))?;
-        if !own.is_empty() {
-            for r in own {
-                let via = match r.via {
-                    NetdevLink::Parent => Via::SoftRdmaParent,
-                    _ => Via::OwnDevice,
-                };
-                ports.push(Tie::new(iface, r.ibdev, r.port, via));
-            }
-        } else if iface.link_type == ARPHRD_INFINIBAND && iface.hwaddr.len() == IPOIB_ALEN {
-            if let Some((dev, port)) = ipoib_port(topo, devices, iface)? {
-                ports.push(Tie::new(iface, dev, port, Via::PortGid));
-            }
-        } else if iface.link_type == ARPHRD_ETHER
-            && iface
-                .kind
-                .as_deref()
-                .is_some_and(|k| ROCE_UPPER_KINDS.contains(&k))
-            && !iface.roce_ips().is_empty()
-        {
-            uppers.push(iface);
-        }
-    }
-    Ok((ports, uppers))
+/// The uverbs node of `ibdev` under `dev_dir`, when it is there as the char device sysfs
+/// names (major:minor checked; a symlink or another file is not it).
+fn uverbs_node(uverbs: &[CharDev], ibdev: &str, dev_dir: &Path) -> Option<PathBuf> {
+    let c = uverbs.iter().find(|c| c.ibdev.as_deref() == Some(ibdev))?;
+    let path = dev_dir.join(&c.name);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let want = nix::sys::stat::makedev(c.major.into(), c.minor.into());
+    (meta.file_type().is_char_device() && meta.rdev() == want).then_some(path)
 }
 
-/// Upper devices: first the ib devices the pod can open, then (only if something is still
-/// unplaced) the rest, so that a device whose uverbs node is missing is named as such instead
-/// of the interface looking like it has no RDMA.
-fn place_uppers<'i>(
-    topo: &RdmaSysfs<'_>,
-    devices: &[String],
-    uverbs: &[CharDev],
-    dev_dir: &Path,
-    uppers: &[&'i Iface],
-) -> Result<Vec<Tie<'i>>, DiscoverError> {
-    let visible: Vec<&String> = devices
-        .iter()
-        .filter(|d| uverbs_node(uverbs, d, dev_dir).is_some())
-        .collect();
-    let hidden: Vec<&String> = devices.iter().filter(|d| !visible.contains(d)).collect();
-    let mut placed = search_gid_tables(topo, &visible, uppers)?;
-    let unplaced: Vec<&Iface> = uppers
-        .iter()
-        .copied()
-        .filter(|i| !placed.iter().any(|t| t.iface.name == i.name))
-        .collect();
-    if !unplaced.is_empty() && !hidden.is_empty() {
-        placed.extend(search_gid_tables(topo, &hidden, &unplaced)?);
+/// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
+/// itself for IPv6.
+fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     }
-    Ok(placed)
 }
 
 fn no_rdma_interface(ifaces: &[Iface], devices: &[String]) -> Problem {
@@ -389,342 +439,6 @@ fn list_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
     } else {
         v.join(", ")
     }
-}
-
-/// An interface tied to an ib port, with the port's GID entries for its addresses when the
-/// search that tied them already read them.
-struct Tie<'i> {
-    iface: &'i Iface,
-    dev: String,
-    port: u32,
-    via: Via,
-    hits: Option<Vec<GidEntry>>,
-}
-
-impl<'i> Tie<'i> {
-    fn new(iface: &'i Iface, dev: String, port: u32, via: Via) -> Self {
-        Tie {
-            iface,
-            dev,
-            port,
-            via,
-            hits: None,
-        }
-    }
-}
-
-/// The InfiniBand port whose GID 0 is the IPoIB interface's port GID.
-fn ipoib_port(
-    topo: &RdmaSysfs<'_>,
-    devices: &[String],
-    iface: &Iface,
-) -> Result<Option<(String, u32)>, DiscoverError> {
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&iface.hwaddr[4..IPOIB_ALEN]);
-    let gid = Ipv6Addr::from(gid);
-    for dev in devices {
-        for port in ports_with_link_layer(topo, dev, LinkLayer::InfiniBand)? {
-            let g0 = topo
-                .gid_entry(dev, port, 0)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading GID 0 of {dev} port {port}"
-                )))?;
-            if g0.is_some_and(|g| g.gid == gid) {
-                return Ok(Some((dev.clone(), port)));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// One pass over the Ethernet ports of `devices`, looking for the GIDs of the upper devices'
-/// addresses; an interface is placed on the port whose table holds one of its addresses
-/// under its own name, with that table's entries for every wanted address (read once: the
-/// whole table was just read). Stops once every interface is placed.
-fn search_gid_tables<'i>(
-    topo: &RdmaSysfs<'_>,
-    devices: &[&String],
-    uppers: &[&'i Iface],
-) -> Result<Vec<Tie<'i>>, DiscoverError> {
-    let mut placed: Vec<Tie> = Vec::new();
-    if uppers.is_empty() {
-        return Ok(placed);
-    }
-    let wanted: Vec<Ipv6Addr> = uppers
-        .iter()
-        .flat_map(|i| i.roce_ips())
-        .map(gid_of_ip)
-        .collect();
-    for dev in devices {
-        for port in ports_with_link_layer(topo, dev, LinkLayer::Ethernet)? {
-            let hits =
-                topo.gids_matching(dev, port, &wanted, false)
-                    .map_err(DiscoverError::sysfs(format!(
-                        "reading the GID table of {dev} port {port}"
-                    )))?;
-            for iface in uppers {
-                if placed.iter().any(|t| t.iface.name == iface.name) {
-                    continue;
-                }
-                if iface
-                    .roce_ips()
-                    .iter()
-                    .any(|ip| find_gid(&hits, *ip, &iface.name).is_some())
-                {
-                    let mut tie = Tie::new(iface, (*dev).clone(), port, Via::GidTable);
-                    tie.hits = Some(hits.clone());
-                    placed.push(tie);
-                }
-            }
-            if placed.len() == uppers.len() {
-                return Ok(placed);
-            }
-        }
-    }
-    Ok(placed)
-}
-
-/// The ports of `dev` whose link layer is `layer`, in index order.
-fn ports_with_link_layer(
-    topo: &RdmaSysfs<'_>,
-    dev: &str,
-    layer: LinkLayer,
-) -> Result<Vec<u32>, DiscoverError> {
-    let mut matching = Vec::new();
-    let ports = topo
-        .port_indexes(dev)
-        .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-    for port in ports {
-        let brief = topo
-            .port_state(dev, port)
-            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
-        if brief.is_some_and(|b| b.link_layer == layer) {
-            matching.push(port);
-        }
-    }
-    Ok(matching)
-}
-
-/// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
-/// itself for IPv6.
-fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
-fn describe(
-    topo: &RdmaSysfs<'_>,
-    uverbs: &[CharDev],
-    dev_dir: &Path,
-    brief: &PortState,
-    tie: Tie<'_>,
-) -> Result<Finding, DiscoverError> {
-    let Tie {
-        iface,
-        dev,
-        via,
-        hits,
-        ..
-    } = tie;
-    let dev = dev.as_str();
-    let chosen = match brief.link_layer {
-        LinkLayer::Ethernet => roce_gids(topo, dev, brief.index, iface, hits)?,
-        LinkLayer::InfiniBand => {
-            let g0 = topo
-                .gid_entry(dev, brief.index, 0)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading GID 0 of {dev} port {}",
-                    brief.index
-                )))?;
-            ChosenGid {
-                gids: Vec::new(),
-                index: g0.as_ref().map(|g| g.index),
-                gid: g0.map(|g| g.gid),
-            }
-        }
-        LinkLayer::Other(_) => ChosenGid::default(),
-    };
-    Ok(Finding {
-        ifname: iface.name.clone(),
-        ibdev: dev.to_string(),
-        port: brief.index,
-        via,
-        link_layer: match &brief.link_layer {
-            LinkLayer::Ethernet => "Ethernet".into(),
-            LinkLayer::InfiniBand => "InfiniBand".into(),
-            LinkLayer::Other(s) => s.clone(),
-        },
-        port_state: brief.state.to_string(),
-        phys_state: brief.phys_state.to_string(),
-        port_active: brief.is_active(),
-        mtu: iface.mtu,
-        netdev_up: iface.up,
-        uverbs: uverbs_node(uverbs, dev, dev_dir),
-        gids: chosen.gids,
-        gid_index: chosen.index,
-        gid: chosen.gid,
-    })
-}
-
-/// The GIDs of an interface's addresses on its port, and the one RDMA uses.
-#[derive(Default)]
-struct ChosenGid {
-    gids: Vec<AddrGid>,
-    index: Option<u32>,
-    gid: Option<Ipv6Addr>,
-}
-
-/// The GID of each of a RoCE interface's addresses on `dev` port `port` (from `hits`, the
-/// entries the search that tied it read, else from the table), and the index RDMA uses with
-/// its GID.
-fn roce_gids(
-    topo: &RdmaSysfs<'_>,
-    dev: &str,
-    port: u32,
-    iface: &Iface,
-    hits: Option<Vec<GidEntry>>,
-) -> Result<ChosenGid, DiscoverError> {
-    let ips = iface.roce_ips();
-    let hits = match hits {
-        Some(h) => h,
-        None => {
-            let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-            topo.gids_matching(dev, port, &wanted, true)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading the GID table of {dev} port {port}"
-                )))?
-        }
-    };
-    let gids: Vec<AddrGid> = ips
-        .iter()
-        .map(|ip| {
-            let hit = find_gid(&hits, *ip, &iface.name);
-            AddrGid {
-                ip: *ip,
-                index: hit.as_ref().map(|h| h.0),
-                gid_type: hit.as_ref().map(|h| h.1.to_string()),
-            }
-        })
-        .collect();
-    // IPv4 first (NCCL's default address family), each kind in address order.
-    let v2 = |g: &&AddrGid| g.gid_type.as_deref() == Some("RoCE v2");
-    let chosen = gids
-        .iter()
-        .filter(v2)
-        .find(|g| g.ip.is_ipv4())
-        .or_else(|| gids.iter().find(v2));
-    Ok(ChosenGid {
-        index: chosen.and_then(|g| g.index),
-        gid: chosen.map(|g| gid_of_ip(g.ip)),
-        gids,
-    })
-}
-
-/// The uverbs node of `ibdev` under `dev_dir`, when it is there as the char device sysfs
-/// names (major:minor checked; a symlink or another file is not it).
-fn uverbs_node(uverbs: &[CharDev], ibdev: &str, dev_dir: &Path) -> Option<PathBuf> {
-    let c = uverbs.iter().find(|c| c.ibdev.as_deref() == Some(ibdev))?;
-    let path = dev_dir.join(&c.name);
-    let meta = std::fs::symlink_metadata(&path).ok()?;
-    let want = nix::sys::stat::makedev(c.major.into(), c.minor.into());
-    (meta.file_type().is_char_device() && meta.rdev() == want).then_some(path)
-}
-
-fn problems_of(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> Vec<Problem> {
-    let mut found = Vec::new();
-    if !f.port_active {
-        found.push((
-            ProblemKind::PortNotActive,
-            format!(
-                "port {} of {} is {} (physical state {}), not ACTIVE: check the cable and \
-                 switch port, and for InfiniBand that a subnet manager runs (`ibstat {}` on \
-                 the node)",
-                f.port, f.ibdev, f.port_state, f.phys_state, f.ibdev
-            ),
-        ));
-    }
-    if f.uverbs.is_none() {
-        found.push((ProblemKind::NoUverbs, no_uverbs(f, uverbs, dev_dir)));
-    }
-    if f.is_roce() {
-        found.extend(roce_gid_problems(f));
-    } else if f.link_layer == "InfiniBand" && f.gid_index.is_none() {
-        found.push((
-            ProblemKind::NoPortGid,
-            format!(
-                "{} port {} has no GID 0 (the port GID): the port is not initialised; check \
-                 the subnet manager",
-                f.ibdev, f.port
-            ),
-        ));
-    }
-    found
-        .into_iter()
-        .map(|(kind, msg)| Problem {
-            kind,
-            ifname: Some(f.ifname.clone()),
-            msg,
-        })
-        .collect()
-}
-
-/// Why `f`'s device has no uverbs node this process can open.
-fn no_uverbs(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> String {
-    match uverbs
-        .iter()
-        .find(|c| c.ibdev.as_deref() == Some(&*f.ibdev))
-    {
-        Some(c) => format!(
-            "{} has no usable uverbs node: {} is missing or not char device {}:{}. Request \
-             the device plugin's RDMA resource for the pod (it mounts the node), or, in \
-             exclusive netns mode, attach the ib device to the pod",
-            f.ibdev,
-            dev_dir.join(&c.name).display(),
-            c.major,
-            c.minor
-        ),
-        None => format!(
-            "{} has no uverbs device in sysfs: load ib_uverbs on the node",
-            f.ibdev
-        ),
-    }
-}
-
-/// A RoCE interface without an address, and each address without a RoCE v2 GID.
-fn roce_gid_problems(f: &Finding) -> Vec<(ProblemKind, String)> {
-    let mut found = Vec::new();
-    if f.gids.is_empty() {
-        found.push((
-            ProblemKind::NoAddress,
-            format!(
-                "has no IPv4 or routable IPv6 address, so {} port {} has no RoCE v2 GID for \
-                 it: give the network an IPAM",
-                f.ibdev, f.port
-            ),
-        ));
-    }
-    for g in f
-        .gids
-        .iter()
-        .filter(|g| g.gid_type.as_deref() != Some("RoCE v2"))
-    {
-        let held = match (&g.index, &g.gid_type) {
-            (Some(i), Some(t)) => format!("only a {t} GID (index {i})"),
-            _ => "no RoCE v2 GID".to_string(),
-        };
-        found.push((
-            ProblemKind::NoRoceV2Gid,
-            format!(
-                "{} port {} has {held} for {}: the kernel adds it when the address is set \
-                 and the port is up; check that the address is not tentative (IPv6 DAD) and \
-                 that {} is the right device",
-                f.ibdev, f.port, g.ip, f.ibdev
-            ),
-        ));
-    }
-    found
 }
 
 /// The documented order: by ib device (names compared with their numbers as numbers, so

@@ -5,10 +5,15 @@ use std::path::Path;
 
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
+mod identity;
+mod lower;
+mod model;
+
 use super::vars::variables;
 use super::*;
 use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::testutil::TempDir;
+use model::NoView;
 
 /// uverbsN nodes as the presets number them: mlx5_0 0, mlx5_2 1, ibp94s0 2, mlx5_3 3, rxe0 4.
 fn dev_dir(nodes: &[u32]) -> TempDir {
@@ -28,6 +33,8 @@ fn dev_dir(nodes: &[u32]) -> TempDir {
 
 fn iface(name: &str, kind: Option<&str>, addrs: &[&str]) -> Iface {
     Iface {
+        lower: None,
+        lower_netnsid: None,
         name: name.into(),
         index: 10,
         kind: kind.map(str::to_string),
@@ -71,6 +78,7 @@ fn a_macvlan_child_on_rxe_gets_the_index_of_its_address_in_the_kernels_table() {
         fx.root(),
         dev.path(),
         &[iface("net1", Some("macvlan"), &["10.9.0.7/24"])],
+        &NoView,
     )
     .unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
@@ -112,6 +120,7 @@ fn a_moved_roce_netdev_prefers_the_roce_v2_entry_of_its_ipv4_address() {
             None,
             &["2001:db8::5/64", "10.59.0.5/24", "fe80::1/64"],
         )],
+        &NoView,
     )
     .unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
@@ -141,7 +150,7 @@ fn an_ipoib_child_is_found_by_its_port_gid_and_uses_gid_0() {
     let mut stranger = child.clone();
     stranger.name = "ib1".into();
     stranger.hwaddr[19] = 0x31;
-    let d = discover(fx.root(), dev.path(), &[child, stranger]).unwrap();
+    let d = discover(fx.root(), dev.path(), &[child, stranger], &NoView).unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
     assert_eq!(
         d.interfaces.len(),
@@ -164,7 +173,7 @@ fn veth_addresses_are_never_searched_for_but_the_same_address_on_a_macvlan_is() 
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "eth0");
     let dev = dev_dir(&[4]);
     let veth = iface("eth0", Some("veth"), &["10.9.0.7/24"]);
-    let d = discover(fx.root(), dev.path(), &[veth]).unwrap();
+    let d = discover(fx.root(), dev.path(), &[veth], &NoView).unwrap();
     assert!(d.interfaces.is_empty(), "{d:?}");
     assert_eq!(kinds(&d), vec![ProblemKind::NoRdmaInterface]);
     assert!(d.problems[0].msg.contains("eth0"), "{}", d.problems[0]);
@@ -174,7 +183,7 @@ fn veth_addresses_are_never_searched_for_but_the_same_address_on_a_macvlan_is() 
     );
     // Presence twin: the same table entry, the interface a macvlan.
     let mv = iface("eth0", Some("macvlan"), &["10.9.0.7/24"]);
-    let d = discover(fx.root(), dev.path(), &[mv]).unwrap();
+    let d = discover(fx.root(), dev.path(), &[mv], &NoView).unwrap();
     assert_eq!(d.interfaces.len(), 1, "{d:?}");
 }
 
@@ -185,13 +194,13 @@ fn a_port_that_is_not_active_is_named_and_not_used() {
     let dev = dev_dir(&[4]);
     let ifaces = [iface("net1", Some("macvlan"), &["10.9.0.7/24"])];
     // Twin: active, usable.
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert!(d.interfaces[0].usable());
     fx.write_attr("class/infiniband/rxe0/ports/1/state", "1: DOWN")
         .unwrap();
     fx.write_attr("class/infiniband/rxe0/ports/1/phys_state", "3: Disabled")
         .unwrap();
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::PortNotActive]);
     let msg = d.problems[0].to_string();
     assert!(msg.starts_with("net1: port 1 of rxe0 is 1: DOWN"), "{msg}");
@@ -208,6 +217,7 @@ fn an_address_without_a_roce_v2_gid_is_a_problem() {
         fx.root(),
         dev.path(),
         &[iface("ens1f0np0", None, &["10.59.0.5/24"])],
+        &NoView,
     )
     .unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
@@ -215,6 +225,7 @@ fn an_address_without_a_roce_v2_gid_is_a_problem() {
         fx.root(),
         dev.path(),
         &[iface("ens1f0np0", None, &["10.59.0.99/24"])],
+        &NoView,
     )
     .unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoRoceV2Gid]);
@@ -229,6 +240,7 @@ fn an_address_without_a_roce_v2_gid_is_a_problem() {
         fx.root(),
         dev.path(),
         &[iface("net1", Some("macvlan"), &["10.9.0.7/24"])],
+        &NoView,
     )
     .unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoRoceV2Gid]);
@@ -247,7 +259,7 @@ fn a_missing_uverbs_node_is_named_with_the_device_found_for_the_interface() {
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
     let ifaces = [iface("net1", Some("macvlan"), &["10.9.0.7/24"])];
     let dev = dev_dir(&[0]);
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoUverbs]);
     assert_eq!(d.interfaces[0].ibdev, "rxe0", "found in the second pass");
     assert!(d.problems[0].msg.contains("uverbs4"), "{}", d.problems[0]);
@@ -260,11 +272,11 @@ fn a_missing_uverbs_node_is_named_with_the_device_found_for_the_interface() {
         makedev(231, 200),
     )
     .unwrap();
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoUverbs]);
     // Twin: the right node.
     let dev = dev_dir(&[4]);
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
 }
 
@@ -288,7 +300,7 @@ fn rails_list_in_natural_device_order_and_disagreeing_indexes_set_no_gid_variabl
         iface("net1", Some("macvlan"), &["10.9.0.8/24"]),
         iface("ens1f0np0", None, &["10.59.0.5/24"]),
     ];
-    let d = discover(fx.root(), dev.path(), &ifaces).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     let order: Vec<(&str, &str)> = d
         .interfaces
         .iter()
@@ -315,7 +327,7 @@ fn rails_list_in_natural_device_order_and_disagreeing_indexes_set_no_gid_variabl
     assert_eq!(var(&vars, "NCCL_IB_GID_INDEX"), None);
     assert_eq!(var(&vars, "UCX_IB_GID_INDEX"), None);
     // Twin: agreeing indexes give the variable.
-    let d = discover(fx.root(), dev.path(), &ifaces[..1]).unwrap();
+    let d = discover(fx.root(), dev.path(), &ifaces[..1], &NoView).unwrap();
     assert_eq!(var(&variables(&d).0, "NCCL_IB_GID_INDEX"), Some("2"));
 }
 
@@ -342,4 +354,41 @@ fn the_gid_search_reads_only_what_it_needs() {
     assert_eq!(hits[0].index, 2);
     assert!(topo.gids_matching("rxe0", 1, &want, false).is_err());
     assert!(Path::new(fx.path()).exists());
+}
+
+#[test]
+fn a_scan_learns_the_first_roce_v2_gid_of_each_family_and_stops_once_it_knows_enough() {
+    let fx = SysfsFixture::all().unwrap();
+    add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
+    let pod6 = "2001:0db8:0000:0000:0000:0000:0000:0009";
+    add_gid(&fx, "rxe0", 1, 3, pod6, "RoCE v2", "net1");
+    // Entry 9 cannot be read: a scan that reaches it fails.
+    fx.remove("class/infiniband/rxe0/ports/1/gids/9").unwrap();
+    fx.write_attr("class/infiniband/rxe0/ports/1/gids/9/x", "")
+        .unwrap();
+    let topo = RdmaSysfs::new(fx.root());
+    let v4 = [Ipv6Addr::from(0xffff_0a09_0007u128)];
+    let scan = topo.scan_gids("rxe0", 1, &v4, true).unwrap();
+    // v0's link-local default GID at 0 and its own address at 1 come before the pod's.
+    assert_eq!(
+        scan.first_v2,
+        crate::kernel::topology::pod::FirstRoceV2 {
+            ipv4: Some(1),
+            ipv6_routable: None,
+            ipv6: Some(0),
+        }
+    );
+    assert_eq!(scan.hits.len(), 1);
+    // An IPv6-only interface: UCX would still take an IPv4 GID first, so the scan must know
+    // whether there is one. Here entry 1 is, and the scan stops at the pod's entry 3.
+    let v6: [Ipv6Addr; 1] = [pod6.parse().unwrap()];
+    let scan = topo.scan_gids("rxe0", 1, &v6, true).unwrap();
+    assert_eq!(
+        (scan.first_v2.ipv6_routable, scan.hits[0].index),
+        (Some(3), 3)
+    );
+    // Twin: without any IPv4 GID in the table, the scan goes on and reaches entry 9.
+    fx.remove("class/infiniband/rxe0/ports/1/gids/1").unwrap();
+    fx.remove("class/infiniband/rxe0/ports/1/gids/2").unwrap();
+    assert!(topo.scan_gids("rxe0", 1, &v6, true).is_err());
 }
