@@ -185,6 +185,7 @@ fn render_json(vars: &[(&str, String)], found: &Discovery, problems: &[&Problem]
         .collect();
     let doc = serde_json::json!({
         "env": env,
+        "rails": discover::vars::rails(found),
         "interfaces": found.interfaces,
         "problems": problems,
     });
@@ -249,6 +250,7 @@ mod tests {
             serde_json::from_str(&render_json(&vars, &Discovery::default(), &[])).unwrap();
         assert_eq!(doc["env"]["NCCL_IB_HCA"], "=rxe0:1");
         assert!(doc["interfaces"].as_array().unwrap().is_empty());
+        assert!(doc["rails"].as_array().unwrap().is_empty());
     }
 
     /// conf/trainer-env.yaml: the init container copies the binary from the installer image

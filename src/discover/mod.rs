@@ -219,7 +219,12 @@ pub enum ProblemKind {
     NoAddress,
     NoRoceV2Gid,
     NoPortGid,
-    GidIndexConflict,
+    /// The rails' GID indexes differ, so none is set, and NCCL or UCX would pick another GID
+    /// than the pod's on one of them.
+    AutoGidNotThePods,
+    /// The rails' GID indexes differ and their chosen GIDs are of different address families:
+    /// NCCL_IB_ADDR_FAMILY takes one.
+    GidFamilyConflict,
     MtuAboveActiveMtu,
 }
 

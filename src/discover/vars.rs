@@ -6,9 +6,19 @@
 //! - `NCCL_IB_HCA` and `NCCL_SOCKET_IFNAME` start with `=`: NCCL matches their entries as
 //!   prefixes otherwise, so `mlx5_1` would also select `mlx5_10` to `mlx5_17`, and `net1`
 //!   also `net10`.
-//! - `NCCL_IB_GID_INDEX` and `UCX_IB_GID_INDEX` take one index for every device: emitted only
-//!   when the usable RoCE interfaces agree on one (0, the port GID, when all are InfiniBand).
-//!   When they disagree, neither is emitted and a problem says so.
+//! - `NCCL_IB_GID_INDEX` and `UCX_IB_GID_INDEX` take one index for every device. When the
+//!   usable RoCE interfaces (the rails) agree on one, both name it (0, the port GID, when all
+//!   are InfiniBand). When they differ, neither is set: NCCL (2.21 and later) and UCX then
+//!   pick each device's GID themselves, the first RoCE v2 GID of the address family in the
+//!   port's table, and `NCCL_IB_ADDR_FAMILY` and `NCCL_IB_ROCE_VERSION_NUM=2` make NCCL look
+//!   for the pod's family and version. That first GID is the pod's when the table holds
+//!   only the pod's netdevs (a VF or PF moved into the pod); in shared netns mode the node's
+//!   and other pods' GIDs share the table, and a rail where NCCL or UCX would pick one of
+//!   theirs is a problem, as are rails of different families.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
 
 use super::{Discovery, Finding, Problem, ProblemKind};
 
@@ -17,10 +27,20 @@ pub const NAMES: &[&str] = &[
     "NCCL_IB_DISABLE",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ROCE_VERSION_NUM",
     "NCCL_SOCKET_IFNAME",
     "UCX_NET_DEVICES",
     "UCX_IB_GID_INDEX",
 ];
+
+/// How the GID of each device is chosen.
+enum GidChoice {
+    /// Every rail uses this index.
+    One(u32),
+    /// The indexes differ: NCCL and UCX choose per device, NCCL in this family.
+    PerDevice(Option<&'static str>),
+}
 
 /// The variables (in [`NAMES`] order) and the problems found while choosing them.
 pub fn variables(d: &Discovery) -> (Vec<(&'static str, String)>, Vec<Problem>) {
@@ -38,47 +58,151 @@ pub fn variables(d: &Discovery) -> (Vec<(&'static str, String)>, Vec<Problem>) {
         }
     }
     let ifnames: Vec<&str> = usable.iter().map(|f| f.ifname.as_str()).collect();
-    let roce: Vec<&&Finding> = usable.iter().filter(|f| f.is_roce()).collect();
-    let gid_index = if roce.is_empty() {
-        // InfiniBand only: the port GID, index 0.
-        Some(0)
-    } else {
-        let first = roce[0].gid_index;
-        if roce.iter().all(|f| f.gid_index == first) {
-            first
-        } else {
-            problems.push(Problem {
-                kind: ProblemKind::GidIndexConflict,
-                ifname: None,
-                msg: format!(
-                    "the pod's RoCE interfaces have different GID indexes ({}), but \
-                     NCCL_IB_GID_INDEX and UCX_IB_GID_INDEX take one index for all devices: \
-                     neither is set. NCCL 2.21 and later select each device's RoCE v2 GID by \
-                     itself when NCCL_IB_GID_INDEX is unset; with older NCCL give the job one \
-                     interface",
-                    roce.iter()
-                        .map(|f| format!(
-                            "{} on {}: {}",
-                            f.ifname,
-                            f.hca(),
-                            f.gid_index.map_or("none".into(), |i| i.to_string())
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-            None
-        }
+    let roce: Vec<&Finding> = usable.iter().copied().filter(|f| f.is_roce()).collect();
+    let choice = gid_choice(&roce, &mut problems);
+    let index = match choice {
+        GidChoice::One(i) => Some(i.to_string()),
+        GidChoice::PerDevice(_) => None,
     };
     out.push(("NCCL_IB_DISABLE", "0".to_string()));
     out.push(("NCCL_IB_HCA", format!("={}", hcas.join(","))));
-    if let Some(i) = gid_index {
-        out.push(("NCCL_IB_GID_INDEX", i.to_string()));
+    if let Some(i) = &index {
+        out.push(("NCCL_IB_GID_INDEX", i.clone()));
+    }
+    if let GidChoice::PerDevice(family) = choice {
+        if let Some(family) = family {
+            out.push(("NCCL_IB_ADDR_FAMILY", family.to_string()));
+        }
+        out.push(("NCCL_IB_ROCE_VERSION_NUM", "2".to_string()));
     }
     out.push(("NCCL_SOCKET_IFNAME", format!("={}", ifnames.join(","))));
     out.push(("UCX_NET_DEVICES", hcas.join(",")));
-    if let Some(i) = gid_index {
-        out.push(("UCX_IB_GID_INDEX", i.to_string()));
+    if let Some(i) = index {
+        out.push(("UCX_IB_GID_INDEX", i));
     }
     (out, problems)
+}
+
+/// One index when the RoCE rails agree (0 when there are none: InfiniBand only), else the
+/// per-device choice, with a problem for each rail where NCCL's or UCX's own pick would not
+/// be the pod's GID and for rails of different address families.
+fn gid_choice(roce: &[&Finding], problems: &mut Vec<Problem>) -> GidChoice {
+    let Some(first) = roce.first() else {
+        return GidChoice::One(0);
+    };
+    let index = first.gid_index.expect("usable");
+    if roce.iter().all(|f| f.gid_index == Some(index)) {
+        return GidChoice::One(index);
+    }
+    let indexes = roce
+        .iter()
+        .map(|f| {
+            format!(
+                "{} on {}: {}",
+                f.ifname,
+                f.hca(),
+                f.gid_index.expect("usable")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let families: Vec<&'static str> = roce.iter().map(|f| family_of(f.ip)).collect();
+    let family = families[0];
+    if families.iter().any(|f| *f != family) {
+        problems.push(Problem {
+            kind: ProblemKind::GidFamilyConflict,
+            ifname: None,
+            msg: format!(
+                "the rails' GID indexes differ ({indexes}), so NCCL picks each device's GID \
+                 itself, but in one address family (NCCL_IB_ADDR_FAMILY), and the rails' \
+                 addresses are of different families ({}): give every rail an address of \
+                 one family",
+                roce.iter()
+                    .zip(&families)
+                    .map(|(f, fam)| format!("{} {fam}", f.ifname))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+        return GidChoice::PerDevice(None);
+    }
+    for f in roce {
+        problems.extend(auto_pick_problem(f, &indexes, family));
+    }
+    GidChoice::PerDevice(Some(family))
+}
+
+fn family_of(ip: Option<IpAddr>) -> &'static str {
+    match ip {
+        Some(IpAddr::V6(_)) => "AF_INET6",
+        _ => "AF_INET",
+    }
+}
+
+/// A rail where NCCL's or UCX's own choice (the first RoCE v2 GID of the family in the
+/// port's table) is not the pod's GID.
+fn auto_pick_problem(f: &Finding, indexes: &str, family: &str) -> Option<Problem> {
+    let ours = f.gid_index?;
+    let picks = [
+        ("NCCL", f.auto_gid_index.nccl),
+        ("UCX", f.auto_gid_index.ucx),
+    ];
+    let wrong: Vec<String> = picks
+        .iter()
+        .filter(|(_, pick)| *pick != Some(ours))
+        .map(|(who, pick)| match pick {
+            Some(i) => format!("{who} index {i}"),
+            None => format!("{who} no RoCE v2 GID"),
+        })
+        .collect();
+    if wrong.is_empty() {
+        return None;
+    }
+    Some(Problem {
+        kind: ProblemKind::AutoGidNotThePods,
+        ifname: Some(f.ifname.clone()),
+        msg: format!(
+            "the rails' GID indexes differ ({indexes}), so NCCL_IB_GID_INDEX and \
+             UCX_IB_GID_INDEX stay unset and NCCL and UCX pick each device's GID themselves \
+             (NCCL the first RoCE v2 {family} GID of the port's table that is not link-local, \
+             UCX the first RoCE v2 IPv4 GID, else the first IPv6 one, link-local included). \
+             On {} that is {}, not the pod's index {ours}: the node's or another pod's GIDs, \
+             or a link-local one, come first in its table. Remove the node's addresses from \
+             the parent netdev so that the pod's GID comes first, give the rail a device of \
+             its own (move mode), or give the job rails whose indexes agree",
+            f.hca(),
+            wrong.join(" and ")
+        ),
+    })
+}
+
+/// One rail as a job pairs it with a GPU: what `--format json` lists under `rails`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rail {
+    pub netdev: String,
+    pub ip: Option<IpAddr>,
+    pub ibdev: String,
+    pub port: u32,
+    pub gid_index: u32,
+    pub numa_node: Option<u32>,
+    /// None for a virtual device (rxe).
+    pub pci_address: Option<String>,
+}
+
+/// The usable interfaces, in the order of `NCCL_IB_HCA` and `NCCL_SOCKET_IFNAME`.
+pub fn rails(d: &Discovery) -> Vec<Rail> {
+    d.interfaces
+        .iter()
+        .filter(|f| f.usable())
+        .map(|f| Rail {
+            netdev: f.ifname.clone(),
+            ip: f.ip,
+            ibdev: f.ibdev.clone(),
+            port: f.port,
+            gid_index: f.gid_index.expect("usable"),
+            numa_node: f.numa_node,
+            pci_address: f.pci_address.clone(),
+        })
+        .collect()
 }

@@ -8,6 +8,7 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 mod identity;
 mod lower;
 mod model;
+mod rails;
 
 use super::vars::variables;
 use super::*;
@@ -311,13 +312,27 @@ fn rails_list_in_natural_device_order_and_disagreeing_indexes_set_no_gid_variabl
         vec![("mlx5_0", "ens1f0np0"), ("rxe0", "net1"), ("rxe0", "net2")]
     );
     let (vars, problems) = variables(&d);
-    assert_eq!(problems.len(), 1);
-    assert_eq!(problems[0].kind, ProblemKind::GidIndexConflict);
+    // The indexes differ, so NCCL and UCX would pick per device; on rxe0 the first RoCE v2
+    // IPv4 GID is v0's own address (index 1), not the pods'.
+    let kinds: Vec<_> = problems
+        .iter()
+        .map(|p| (p.kind, p.ifname.as_deref()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (ProblemKind::AutoGidNotThePods, Some("net1")),
+            (ProblemKind::AutoGidNotThePods, Some("net2"))
+        ]
+    );
     assert!(
-        problems[0].msg.contains("net1 on rxe0:1: 4"),
+        problems[0].msg.contains("net1 on rxe0:1: 4")
+            && problems[0].msg.contains("NCCL index 1 and UCX index 1")
+            && problems[0].msg.contains("not the pod's index 4"),
         "{}",
         problems[0]
     );
+    assert_eq!(var(&vars, "NCCL_IB_ADDR_FAMILY"), Some("AF_INET"));
     assert_eq!(var(&vars, "NCCL_IB_HCA"), Some("=mlx5_0:1,rxe0:1"));
     assert_eq!(var(&vars, "UCX_NET_DEVICES"), Some("mlx5_0:1,rxe0:1"));
     assert_eq!(
