@@ -688,6 +688,47 @@ fn macvlan_child_created_in_the_pod_with_its_final_name() {
     assert!(gone.is_errno(Errno::ENODEV), "{gone}");
 }
 
+/// From inside a pod, a child made there on a host parent names its lower by IFLA_LINK and
+/// IFLA_LINK_NETNSID; a lookup in the netns that id names (IFLA_TARGET_NETNSID, on the pod's
+/// socket, as root) finds the host's parent.
+#[test]
+fn a_childs_lower_is_found_from_the_pod_in_the_netns_its_link_netnsid_names() {
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let (pod_name, pod) = s.netns("p");
+    ip(&[
+        "link", "add", "link", &a, "name", "net1", "netns", &pod_name, "type", "macvlan",
+    ]);
+    let k = kernel();
+    let parent = host_link(&k, &a);
+    let child = k.link_by_name(Ns::Pod(&pod), "net1").unwrap().unwrap();
+    assert_eq!(child.link, Some(parent.index));
+    let id = child
+        .link_netnsid
+        .expect("a lower in another netns has a netns id");
+    let lower = k
+        .link_by_index_in_netnsid(Ns::Pod(&pod), id, parent.index)
+        .unwrap()
+        .expect("the parent, looked up in the host netns");
+    assert_eq!(
+        (lower.name.as_str(), lower.index),
+        (a.as_str(), parent.index)
+    );
+    // An id the pod's netns does not know is refused; an ifindex that netns lacks is none.
+    let unknown = k
+        .link_by_index_in_netnsid(Ns::Pod(&pod), id + 1000, parent.index)
+        .unwrap_err();
+    assert!(unknown.is_errno(Errno::EINVAL), "{unknown}");
+    assert_eq!(
+        k.link_by_index_in_netnsid(Ns::Pod(&pod), id, 0x7fff_fff0)
+            .unwrap(),
+        None
+    );
+    // Twin: a veth whose peer is in its own netns names no netns id.
+    assert_eq!(host_link(&k, &b).link_netnsid, None);
+}
+
 #[test]
 fn ipoib_child_on_a_non_ib_parent_is_refused() {
     let mut s = Scratch::new();
