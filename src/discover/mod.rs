@@ -336,7 +336,11 @@ struct Scope<'a> {
     uverbs: Vec<CharDev>,
     view: &'a dyn NetnsView,
     soft_parents: OnceCell<Vec<(String, String)>>,
+    visible_default_gids: OnceCell<Vec<DefaultGidNetdev>>,
 }
+
+/// A port of a device the pod can open, and the netdev its GID entry 0 names.
+type DefaultGidNetdev = ((String, u32), Option<String>);
 
 impl Scope<'_> {
     /// `(ib device, parent netdev)` of the software RDMA devices, read on first use.
@@ -349,6 +353,35 @@ impl Scope<'_> {
             let _ = self.soft_parents.set(read);
         }
         Ok(self.soft_parents.get().expect("set above"))
+    }
+
+    /// Every port of the devices the pod has a uverbs node for, with the netdev its default
+    /// GID (entry 0) names: read on first use, once for all interfaces.
+    fn visible_default_gid_netdevs(&self) -> Result<&[DefaultGidNetdev], DiscoverError> {
+        if self.visible_default_gids.get().is_none() {
+            let mut read = Vec::new();
+            for dev in self
+                .devices
+                .iter()
+                .filter(|d| self.uverbs_node(d).is_some())
+            {
+                let ports = self
+                    .topo
+                    .port_indexes(dev)
+                    .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
+                for port in ports {
+                    let netdev = self
+                        .topo
+                        .gid_ndev(dev, port, 0)
+                        .map_err(DiscoverError::sysfs(format!(
+                            "reading GID 0 of {dev} port {port}"
+                        )))?;
+                    read.push(((dev.clone(), port), netdev));
+                }
+            }
+            let _ = self.visible_default_gids.set(read);
+        }
+        Ok(self.visible_default_gids.get().expect("set above"))
     }
 
     /// The uverbs node of `ibdev` this process can open, when there is one.
@@ -376,6 +409,7 @@ pub fn discover(
         dev_dir,
         view,
         soft_parents: OnceCell::new(),
+        visible_default_gids: OnceCell::new(),
     };
     let (mut ports, uppers) = ties::tie_to_own_ports(&scope, ifaces)?;
     ports.extend(uppers::place_uppers(&scope, &uppers)?);

@@ -169,21 +169,9 @@ fn virtual_lower_ports(scope: &Scope<'_>, lower: &str) -> Result<LowerPorts, Dis
         .filter(|(_, parent)| parent == lower)
         .map(|(dev, _)| (dev.clone(), 1))
         .collect();
-    let mut visible = Vec::new();
-    for dev in scope
-        .devices
-        .iter()
-        .filter(|d| scope.uverbs_node(d).is_some())
-    {
-        let indexes = scope
-            .topo
-            .port_indexes(dev)
-            .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-        visible.extend(indexes.into_iter().map(|p| (dev.clone(), p)));
-    }
-    for found in ports_whose_default_gid_names(scope, &visible, lower)? {
-        if !ports.contains(&found) {
-            ports.push(found);
+    for ((dev, port), netdev) in scope.visible_default_gid_netdevs()? {
+        if netdev.as_deref() == Some(lower) && !ports.contains(&(dev.clone(), *port)) {
+            ports.push((dev.clone(), *port));
         }
     }
     Ok(LowerPorts {
