@@ -9,7 +9,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 # time: /usr/bin/time -v for peak RSS; containernetworking-plugins: host-device, macvlan, static IPAM;
 # gcc and libc6-dev: the exporter scrape's floor (scrape_floor.c); strace: checks that the floor
-# reads the files a scrape reads.
+# reads the files a scrape reads, and counts the sysfs files `rdma-ns env` opens (section env).
 PKGS=(time containernetworking-plugins iproute2 python3 gcc libc6-dev strace)
 if [ "${1:-}" = --print-packages ]; then
   echo "${PKGS[*]}"
@@ -38,6 +38,7 @@ done
 command -v ip >/dev/null || missing+=("ip (iproute2)")
 [ -x /usr/bin/python3 ] || missing+=("/usr/bin/python3 (python3)")
 command -v cc >/dev/null || missing+=("cc (gcc)")
+[ -x /usr/bin/strace ] || missing+=("/usr/bin/strace (strace)")
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "benchmark prerequisites missing: ${missing[*]}" >&2
   exit 1
