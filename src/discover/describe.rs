@@ -76,12 +76,7 @@ fn port_gid(
     port: u32,
     iface: &Iface,
 ) -> Result<ChosenGid, DiscoverError> {
-    let g0 = scope
-        .topo
-        .gid_entry(dev, port, 0)
-        .map_err(DiscoverError::sysfs(format!(
-            "reading GID 0 of {dev} port {port}"
-        )))?;
+    let g0 = scope.gid0(dev, port)?;
     Ok(ChosenGid {
         index: g0.as_ref().map(|g| g.index),
         gid: g0.map(|g| g.gid),

@@ -53,10 +53,9 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 use serde::Serialize;
 
-use crate::kernel::rtnetlink::RealKernel;
-use crate::kernel::rtnetlink::{Link, NetOps};
+use crate::kernel::rtnetlink::{Link, NetOps, RealKernel};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::{CharDev, RdmaSysfs};
+use crate::kernel::topology::{CharDev, GidEntry, RdmaSysfs};
 use crate::kernel::{KernelError, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
@@ -365,11 +364,7 @@ impl Scope<'_> {
                 .iter()
                 .filter(|d| self.uverbs_node(d).is_some())
             {
-                let ports = self
-                    .topo
-                    .port_indexes(dev)
-                    .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-                for port in ports {
+                for port in self.port_indexes(dev)? {
                     let netdev = self
                         .topo
                         .gid_ndev(dev, port, 0)
@@ -382,6 +377,22 @@ impl Scope<'_> {
             let _ = self.visible_default_gids.set(read);
         }
         Ok(self.visible_default_gids.get().expect("set above"))
+    }
+
+    /// The port numbers of `dev`, in order.
+    fn port_indexes(&self, dev: &str) -> Result<Vec<u32>, DiscoverError> {
+        self.topo
+            .port_indexes(dev)
+            .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))
+    }
+
+    /// GID 0 of a port: an InfiniBand port's GID, a RoCE port's netdev's default GID.
+    fn gid0(&self, dev: &str, port: u32) -> Result<Option<GidEntry>, DiscoverError> {
+        self.topo
+            .gid_entry(dev, port, 0)
+            .map_err(DiscoverError::sysfs(format!(
+                "reading GID 0 of {dev} port {port}"
+            )))
     }
 
     /// The uverbs node of `ibdev` this process can open, when there is one.

@@ -113,13 +113,7 @@ fn ipoib_port(scope: &Scope<'_>, iface: &Iface) -> Result<Option<(String, u32)>,
     let gid = Ipv6Addr::from(gid);
     for dev in &scope.devices {
         for port in ports_with_link_layer(scope, dev, LinkLayer::InfiniBand)? {
-            let g0 = scope
-                .topo
-                .gid_entry(dev, port, 0)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading GID 0 of {dev} port {port}"
-                )))?;
-            if g0.is_some_and(|g| g.gid == gid) {
+            if scope.gid0(dev, port)?.is_some_and(|g| g.gid == gid) {
                 return Ok(Some((dev.clone(), port)));
             }
         }
@@ -134,11 +128,7 @@ pub(super) fn ports_with_link_layer(
     layer: LinkLayer,
 ) -> Result<Vec<u32>, DiscoverError> {
     let mut matching = Vec::new();
-    let ports = scope
-        .topo
-        .port_indexes(dev)
-        .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))?;
-    for port in ports {
+    for port in scope.port_indexes(dev)? {
         let brief = scope
             .topo
             .port_state(dev, port)

@@ -4,10 +4,7 @@
 
 use super::model::{Kernel, NoView};
 use super::*;
-use crate::kernel::topology::fixtures::{
-    CharDevSpec, GidSpec, IbDeviceSpec, IbParentSpec, PortSpec,
-};
-use crate::kernel::topology::CharDevKind;
+use crate::kernel::topology::fixtures::GidSpec;
 
 /// rxa on pod a's net1 (10.91.0.1) and rxb on pod b's (10.91.0.2), uverbs0 and uverbs1.
 fn two_pods() -> SysfsFixture {
@@ -33,37 +30,7 @@ fn two_pods() -> SysfsFixture {
                 ndev: Some("net1"),
             },
         ];
-        fx.add_ib_device(&IbDeviceSpec {
-            name,
-            parent: IbParentSpec::Netdev("net1"),
-            node_type: "1: CA",
-            node_guid: "0000:5eff:fe00:0001",
-            sys_image_guid: "0000:5eff:fe00:0001",
-            fw_ver: "",
-            ports: &[PortSpec {
-                index: 1,
-                state: "4: ACTIVE",
-                phys_state: "5: LinkUp",
-                link_layer: "Ethernet",
-                rate: "10 Gb/sec (1X FDR10)",
-                lid: "0x0",
-                gid_tbl_len: 16,
-                gids: &gids,
-                pkeys: &["0xffff"],
-            }],
-        })
-        .unwrap();
-        fx.add_char_dev(&CharDevSpec {
-            kind: CharDevKind::Uverbs,
-            name: &format!("uverbs{n}"),
-            ibdev: name,
-            port: None,
-            parent: None,
-            major: 231,
-            minor: 192 + n as u32,
-            abi_version: Some(2),
-        })
-        .unwrap();
+        fx.add_rxe(name, "net1", &gids, n as u32).unwrap();
     }
     fx
 }

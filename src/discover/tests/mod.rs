@@ -63,6 +63,14 @@ fn kinds(d: &Discovery) -> Vec<ProblemKind> {
     d.problems.iter().map(|p| p.kind).collect()
 }
 
+/// Each problem's kind and interface, in order.
+fn kinds_by_interface(problems: &[Problem]) -> Vec<(ProblemKind, Option<&str>)> {
+    problems
+        .iter()
+        .map(|p| (p.kind, p.ifname.as_deref()))
+        .collect()
+}
+
 fn var<'a>(vars: &'a [(&str, String)], name: &str) -> Option<&'a str> {
     vars.iter()
         .find(|(n, _)| *n == name)
@@ -314,12 +322,8 @@ fn rails_list_in_natural_device_order_and_disagreeing_indexes_set_no_gid_variabl
     let (vars, problems) = variables(&d);
     // The indexes differ, so NCCL and UCX would pick per device; on rxe0 the first RoCE v2
     // IPv4 GID is v0's own address (index 1), not the pods'.
-    let kinds: Vec<_> = problems
-        .iter()
-        .map(|p| (p.kind, p.ifname.as_deref()))
-        .collect();
     assert_eq!(
-        kinds,
+        kinds_by_interface(&problems),
         vec![
             (ProblemKind::AutoGidNotThePods, Some("net1")),
             (ProblemKind::AutoGidNotThePods, Some("net2"))

@@ -172,12 +172,8 @@ fn ipv6_rails_that_differ_are_a_problem_because_ucx_takes_the_link_local_gid() {
     let d = discover(fx.root(), dev.path(), &rails6, &NoView).unwrap();
     let (vars, problems) = variables(&d);
     assert_eq!(var(&vars, "NCCL_IB_ADDR_FAMILY"), Some("AF_INET6"));
-    let kinds: Vec<_> = problems
-        .iter()
-        .map(|p| (p.kind, p.ifname.as_deref()))
-        .collect();
     assert_eq!(
-        kinds,
+        kinds_by_interface(&problems),
         vec![
             (ProblemKind::AutoGidNotThePods, Some("ens1f0v0")),
             (ProblemKind::AutoGidNotThePods, Some("enp6s0f0s88"))

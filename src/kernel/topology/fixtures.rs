@@ -691,9 +691,30 @@ impl SysfsFixture {
         ] {
             self.add_netdev(&NetdevSpec::ethernet(name, ifindex, None, address))?;
         }
+        self.add_rxe(
+            "rxe0",
+            "v0",
+            &[
+                gid(0, "fe80:0000:0000:0000:2861:d6ff:fe59:e610", V2, Some("v0")),
+                gid(1, "0000:0000:0000:0000:0000:ffff:0a09:0005", V2, Some("v0")),
+            ],
+            4,
+        )?;
+        self.add_rdma_cm()
+    }
+
+    /// A Soft-RoCE device `name` over `netdev` (`parent`, one RoCE v2 port with a 16-entry
+    /// table holding `gids`), with uverbsN, umadN and issmN numbered `n`.
+    pub fn add_rxe(
+        &self,
+        name: &str,
+        netdev: &str,
+        gids: &[GidSpec<'_>],
+        n: u32,
+    ) -> io::Result<()> {
         self.add_ib_device(&IbDeviceSpec {
-            name: "rxe0",
-            parent: IbParentSpec::Netdev("v0"),
+            name,
+            parent: IbParentSpec::Netdev(netdev),
             node_type: "1: CA",
             node_guid: "2861:d6ff:fe59:e610",
             sys_image_guid: "2861:d6ff:fe59:e610",
@@ -702,14 +723,10 @@ impl SysfsFixture {
                 "Ethernet",
                 "10 Gb/sec (1X FDR10)",
                 16,
-                &[
-                    gid(0, "fe80:0000:0000:0000:2861:d6ff:fe59:e610", V2, Some("v0")),
-                    gid(1, "0000:0000:0000:0000:0000:ffff:0a09:0005", V2, Some("v0")),
-                ],
+                gids,
             )],
         })?;
-        self.add_ib_char_devs("rxe0", None, 4, Some(2))?;
-        self.add_rdma_cm()
+        self.add_ib_char_devs(name, None, n, Some(2))
     }
 
     /// uverbsN, umadN and issmN for a one-port ib device, numbered `n` with the fixed
