@@ -11,30 +11,22 @@
 //! - `vm_env_finds_a_macvlans_parent_from_the_node_and_searches_without_privilege` runs on
 //!   any VM kernel: from the node (root, `--netns`) env looks the child's parent up through
 //!   IFLA_LINK_NETNSID; unprivileged in the pod the kernel refuses that and env searches the
-//!   GID tables. Both name the index the kernel's table holds.
+//!   GID tables. Both name the index rdma-core reads for the pod's address.
 
 mod common;
+mod vm_support;
 
-use std::process::Command;
-
-use common::*;
+use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
+use vm_support::{read, require_vm, run};
 
 const POD_A: &str = "vmpod";
 const POD_B: &str = "vmpodb";
 
-fn require_vm() {
-    assert_eq!(
-        std::env::var("RDMA_NS_IN_VM").as_deref(),
-        Ok("1"),
-        "VM-only test: run it with `tests/vm/run.sh <case>`"
-    );
-}
-
 /// Linux 7.1 gave rxe a UDP socket per netns (drivers/infiniband/sw/rxe/rxe_ns.c).
 fn require_per_netns_rxe() {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut parts = release.trim().split(['.', '-']);
+    let release = read("/proc/sys/kernel/osrelease");
+    let mut parts = release.split(['.', '-']);
     let major: u32 = parts.next().unwrap().parse().unwrap();
     let minor: u32 = parts.next().unwrap().parse().unwrap();
     assert!(
@@ -43,57 +35,34 @@ fn require_per_netns_rxe() {
     );
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(cmd: &str, args: &[&str]) -> Out {
-    let o = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn in_pod(pod: &str, cmd: &str, args: &[&str]) -> Out {
+/// Runs a command inside `pod`, as a container would; panics unless it exits 0.
+fn in_pod(pod: &str, cmd: &str, args: &[&str]) -> String {
     let mut all = vec!["netns", "exec", pod, cmd];
     all.extend_from_slice(args);
     run("ip", &all)
 }
 
-fn json_of(o: &Out) -> Value {
-    serde_json::from_str(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {} / {}", o.stdout, o.stderr))
+fn json_of(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
-/// The index of the entry holding `gid` on `ndev` in `dev`'s table, straight from sysfs,
-/// polled briefly (the kernel adds GIDs from a workqueue).
-fn sysfs_gid_index(dev: &str, gid: &str, ndev: &str) -> u32 {
-    let port = format!("/sys/class/infiniband/{dev}/ports/1");
+/// The index of `ip`'s RoCE v2 GID on `dev` port 1 as rdma-core reads it (`ibv_devinfo -v`
+/// prints a RoCE v2 GID with inet_ntop: `GID[  1]:  ::ffff:10.91.0.1, RoCE v2`), polled
+/// briefly: the kernel adds GIDs from a workqueue.
+fn verbs_gid_index(dev: &str, ip: &str) -> u32 {
+    let wanted = format!("::ffff:{ip}, RoCE v2");
     for _ in 0..200 {
-        let entries = std::fs::read_dir(format!("{port}/gids")).unwrap();
-        let mut indexes: Vec<u32> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-            .collect();
-        indexes.sort();
-        let hit = indexes.into_iter().find(|i| {
-            std::fs::read_to_string(format!("{port}/gids/{i}")).is_ok_and(|s| s.trim() == gid)
-                && std::fs::read_to_string(format!("{port}/gid_attrs/ndevs/{i}"))
-                    .is_ok_and(|s| s.trim() == ndev)
+        let info = run("ibv_devinfo", &["-d", dev, "-v"]);
+        let hit = info.lines().map(str::trim).find_map(|l| {
+            let (index, gid) = l.strip_prefix("GID[")?.split_once("]:")?;
+            (gid.trim() == wanted).then(|| index.trim().parse().ok())?
         });
         if let Some(i) = hit {
             return i;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    panic!("no GID {gid} on {ndev} in {dev}'s table");
+    panic!("ibv_devinfo -d {dev} shows no RoCE v2 GID for {ip}");
 }
 
 /// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with `ip`/24; DEL on drop,
@@ -121,15 +90,10 @@ impl Pod {
 
     /// `rdma link add <name> type rxe netdev net1`, run inside the pod.
     fn add_rxe(&mut self, name: &'static str) {
-        let o = in_pod(
+        in_pod(
             self.netns,
             "rdma",
             &["link", "add", name, "type", "rxe", "netdev", "net1"],
-        );
-        assert_eq!(
-            o.code, 0,
-            "rdma link add {name} in {}: {}",
-            self.netns, o.stderr
         );
         self.rxe = Some(name);
     }
@@ -138,7 +102,9 @@ impl Pod {
 impl Drop for Pod {
     fn drop(&mut self) {
         if let Some(rxe) = self.rxe {
-            in_pod(self.netns, "rdma", &["link", "delete", rxe]);
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "exec", self.netns, "rdma", "link", "delete", rxe])
+                .output();
         }
         let path = format!("/run/netns/{}", self.netns);
         Call::new("DEL", self.netns, &path, "net1")
@@ -152,19 +118,17 @@ struct ExtraNetns(&'static str);
 
 impl ExtraNetns {
     fn add(name: &'static str) -> ExtraNetns {
-        sh(&["ip", "netns", "add", name]);
+        run("ip", &["netns", "add", name]);
         ExtraNetns(name)
     }
 }
 
 impl Drop for ExtraNetns {
     fn drop(&mut self) {
-        let _ = run("ip", &["netns", "delete", self.0]);
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", self.0])
+            .output();
     }
-}
-
-fn v4_gid(last: u8) -> String {
-    format!("0000:0000:0000:0000:0000:ffff:0a5b:00{last:02x}")
 }
 
 #[test]
@@ -176,52 +140,33 @@ fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
     let mut b = Pod::attach(POD_B, "10.91.0.2");
     a.add_rxe("rxa");
     b.add_rxe("rxb");
-    let index_a = sysfs_gid_index("rxa", &v4_gid(1), "net1");
-    let index_b = sysfs_gid_index("rxb", &v4_gid(2), "net1");
+    let index_a = verbs_gid_index("rxa", "10.91.0.1");
+    let index_b = verbs_gid_index("rxb", "10.91.0.2");
     // What the tie relies on: both devices name a `net1`, and RDMA netlink in pod a reports
     // a netdev for its own device only.
-    assert_eq!(
-        std::fs::read_to_string("/sys/class/infiniband/rxa/parent")
-            .unwrap()
-            .trim(),
-        "net1"
-    );
-    assert_eq!(
-        std::fs::read_to_string("/sys/class/infiniband/rxb/parent")
-            .unwrap()
-            .trim(),
-        "net1"
-    );
+    assert_eq!(read("/sys/class/infiniband/rxa/parent"), "net1");
+    assert_eq!(read("/sys/class/infiniband/rxb/parent"), "net1");
     let links = in_pod(POD_A, "rdma", &["link", "show"]);
-    assert!(
+    let line = |dev: &str| {
         links
-            .stdout
             .lines()
-            .any(|l| l.starts_with("link rxa/1") && l.contains("netdev net1")),
-        "{}",
-        links.stdout
-    );
-    assert!(
-        links
-            .stdout
-            .lines()
-            .any(|l| l.starts_with("link rxb/1") && !l.contains("netdev")),
-        "{}",
-        links.stdout
-    );
+            .find(|l| l.starts_with(&format!("link {dev}/1 ")))
+            .unwrap_or_else(|| panic!("no {dev}/1 in {links}"))
+    };
+    assert!(line("rxa").contains("netdev net1"), "{links}");
+    assert!(!line("rxb").contains("netdev"), "{links}");
     for (pod, ibdev, index, other) in [
         (POD_A, "rxa", index_a, "rxb"),
         (POD_B, "rxb", index_b, "rxa"),
     ] {
-        let o = in_pod(pod, PLUGIN, &["env", "--format", "json"]);
-        assert_eq!(o.code, 0, "{pod}: {} / {}", o.stdout, o.stderr);
-        let doc = json_of(&o);
+        let out = in_pod(pod, PLUGIN, &["env", "--format", "json"]);
+        let doc = json_of(&out);
         let interfaces = doc["interfaces"].as_array().unwrap();
         assert_eq!(interfaces.len(), 1, "{pod}: {doc}");
         assert_eq!(interfaces[0]["ibdev"], ibdev, "{pod}: {doc}");
         assert_eq!(interfaces[0]["via"], "soft-rdma-parent", "{pod}: {doc}");
         assert_eq!(interfaces[0]["gidIndex"], index, "{pod}: {doc}");
-        assert!(!o.stdout.contains(other), "{pod} names {other}: {doc}");
+        assert!(!out.contains(other), "{pod} names {other}: {doc}");
         assert_eq!(
             doc["env"]["NCCL_IB_HCA"],
             format!("={ibdev}:1"),
@@ -240,12 +185,11 @@ fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
 fn vm_env_finds_a_macvlans_parent_from_the_node_and_searches_without_privilege() {
     require_vm();
     let _pod = Pod::attach(POD_A, "10.9.0.5");
-    let index = sysfs_gid_index("rxe0", "0000:0000:0000:0000:0000:ffff:0a09:0005", "net1");
+    let index = verbs_gid_index("rxe0", "10.9.0.5");
     let node = run(
         PLUGIN,
         &["env", "--netns", "/run/netns/vmpod", "--format", "json"],
     );
-    assert_eq!(node.code, 0, "{} / {}", node.stdout, node.stderr);
     let unprivileged = in_pod(
         POD_A,
         "setpriv",
@@ -260,11 +204,6 @@ fn vm_env_finds_a_macvlans_parent_from_the_node_and_searches_without_privilege()
             "--format",
             "json",
         ],
-    );
-    assert_eq!(
-        unprivileged.code, 0,
-        "{} / {}",
-        unprivileged.stdout, unprivileged.stderr
     );
     for doc in [json_of(&node), json_of(&unprivileged)] {
         assert_eq!(doc["interfaces"][0]["ibdev"], "rxe0", "{doc}");
