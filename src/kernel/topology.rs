@@ -31,7 +31,7 @@ pub mod node;
 mod pci;
 pub mod pod;
 mod scrape;
-pub use scrape::{CounterDir, ScrapeSink};
+pub use scrape::{CounterDir, CounterListings, ScrapeSink};
 
 use std::fmt;
 use std::io;

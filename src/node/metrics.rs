@@ -15,7 +15,7 @@ mod text;
 use std::path::PathBuf;
 
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::RdmaSysfs;
+use crate::kernel::topology::{CounterListings, RdmaSysfs};
 use attachments::Records;
 use ports::PortText;
 pub use text::escape_label_value;
@@ -29,11 +29,13 @@ pub struct Sources {
 }
 
 /// Renders the metrics, scrape after scrape. It keeps what one scrape built for the next: the
-/// port families' text buffers (so a scrape allocates nothing per counter) and the records as
-/// last read, which are read again only when a file in the data dirs changed.
+/// port families' text buffers (so a scrape allocates nothing per counter), the names in each
+/// counter directory, listed again only when the directory is not the one listed, and the
+/// records as last read, which are read again only when a file in the data dirs changed.
 pub struct Scraper {
     src: Sources,
     ports: PortText,
+    listings: CounterListings,
     records: Records,
 }
 
@@ -42,6 +44,7 @@ impl Scraper {
         Scraper {
             src,
             ports: PortText::new(),
+            listings: CounterListings::default(),
             records: Records::default(),
         }
     }
@@ -51,7 +54,8 @@ impl Scraper {
     pub fn render(&mut self, out: &mut String) {
         out.clear();
         let started = std::time::Instant::now();
-        self.ports.read(&RdmaSysfs::new(&self.src.sys));
+        let topo = RdmaSysfs::new(&self.src.sys);
+        self.ports.read(&topo, &mut self.listings);
         self.records.read(&self.src.data_dirs);
         self.ports.write_to(out);
         self.records.write_to(out);

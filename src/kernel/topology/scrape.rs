@@ -1,8 +1,9 @@
 //! Every port of every ib device with its counters, read in one pass for a metrics scrape: about
 //! two thousand files each time. Each directory on the way (the device, its ports, each
 //! counter directory) is opened once, relative to the one above it, and listed with
-//! getdents64 into a buffer on the stack; each file is opened relative to its directory and
-//! read with one read(2). What was read goes to a [`ScrapeSink`] as it comes, so nothing is
+//! getdents64 into a buffer on the stack, but a counter directory whose listing is kept from
+//! the scrape before (`listings.rs`); each file is opened relative to its directory and read
+//! with one read(2). What was read goes to a [`ScrapeSink`] as it comes, so nothing is
 //! allocated per counter, and a path is built only for an error.
 
 use std::ffi::CStr;
@@ -13,7 +14,10 @@ use std::path::{Path, PathBuf};
 use super::files::{absent, read_once_at};
 use super::node::PortInfo;
 use super::{PortState, RdmaSysfs};
-use crate::kernel::sysfs::{entry_names, for_each_entry, open_dir};
+use crate::kernel::sysfs::{entry_names, open_dir};
+
+mod listings;
+pub use listings::CounterListings;
 
 /// The directory a counter was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,31 +124,43 @@ impl<'a> Dir<'a> {
         })
     }
 
-    /// Every counter file of the directory, to `sink`.
-    fn counters(&self, dir: CounterDir, sink: &mut impl ScrapeSink) -> io::Result<()> {
-        for_each_entry(&self.file, |name, cname| {
-            if name == "lifespan" {
-                return;
-            }
-            match read_number_at(&self.file, cname) {
-                Ok(Ok(v)) => sink.counter(dir, name, v),
-                Ok(Err(text)) => {
-                    sink.unreadable(dir, Some(name), &format!("{text:?} is not a number"))
+    /// Every counter file of the directory, to `sink`, by the names `listings` has for it.
+    fn counters(
+        &self,
+        dir: CounterDir,
+        listings: &mut CounterListings,
+        sink: &mut impl ScrapeSink,
+    ) -> io::Result<()> {
+        listings
+            .for_each_name(&self.file, |name, cname| {
+                match read_number_at(&self.file, cname) {
+                    Ok(Ok(v)) => sink.counter(dir, name, v),
+                    Ok(Err(text)) => {
+                        sink.unreadable(dir, Some(name), &format!("{text:?} is not a number"))
+                    }
+                    // A subdirectory is not a counter.
+                    Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
+                    // Gone since the directory was listed: the listing is out of date.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+                    Err(e) => sink.unreadable(dir, Some(name), &e.to_string()),
                 }
-                // A subdirectory is not a counter.
-                Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => {}
-                Err(e) => sink.unreadable(dir, Some(name), &e.to_string()),
-            }
-        })
-        .map_err(|e| named(e, &self.path()))
+                true
+            })
+            .map_err(|e| named(e, &self.path()))
     }
 
     /// The counters of the directory `name` below this one (none when it is absent); a
     /// directory that cannot be read is told to `sink` as unreadable.
-    fn sub_counters(&self, name: &str, dir: CounterDir, sink: &mut impl ScrapeSink) {
+    fn sub_counters(
+        &self,
+        name: &str,
+        dir: CounterDir,
+        listings: &mut CounterListings,
+        sink: &mut impl ScrapeSink,
+    ) {
         let read = self
             .sub(name)
-            .and_then(|d| d.map_or(Ok(()), |d| d.counters(dir, sink)));
+            .and_then(|d| d.map_or(Ok(()), |d| d.counters(dir, listings, sink)));
         if let Err(e) = read {
             sink.unreadable(dir, None, &e.to_string());
         }
@@ -159,8 +175,14 @@ impl RdmaSysfs<'_> {
     /// Every ib device that has ports, to `sink` (see [`ScrapeSink`] for the order). A port
     /// whose state cannot be read fails the reading, as [`RdmaSysfs::devices`] does; what
     /// `sink` was given until then is not the whole node. A counter directory that cannot be
-    /// read goes to `sink`, and the reading goes on.
-    pub fn scrape(&self, sink: &mut impl ScrapeSink) -> io::Result<()> {
+    /// read goes to `sink`, and the reading goes on. The counter directories' names come
+    /// from `listings`, kept from the scrape before (see [`CounterListings`]).
+    pub fn scrape(
+        &self,
+        listings: &mut CounterListings,
+        sink: &mut impl ScrapeSink,
+    ) -> io::Result<()> {
+        listings.start();
         for ibdev in self.device_names()? {
             // Through the class symlink, which the open follows in the kernel once.
             let path = self.sys.path(Path::new("class/infiniband").join(&ibdev));
@@ -168,10 +190,11 @@ impl RdmaSysfs<'_> {
                 continue;
             };
             let netdevs = device_netdevs(&dev)?;
-            if port_readings(&dev, &ibdev, &netdevs, sink)? > 0 {
-                dev.sub_counters("hw_counters", CounterDir::DeviceHw, sink);
+            if port_readings(&dev, &ibdev, &netdevs, listings, sink)? > 0 {
+                dev.sub_counters("hw_counters", CounterDir::DeviceHw, listings, sink);
             }
         }
+        listings.finish();
         Ok(())
     }
 }
@@ -208,6 +231,7 @@ fn port_readings(
     dev: &Dir<'_>,
     ibdev: &str,
     netdevs: &[(u32, String)],
+    listings: &mut CounterListings,
     sink: &mut impl ScrapeSink,
 ) -> io::Result<usize> {
     let Some(ports) = dev.sub("ports")? else {
@@ -237,8 +261,8 @@ fn port_readings(
                 .map(|(_, n)| n.clone())
                 .collect(),
         });
-        pd.sub_counters("counters", CounterDir::Pma, sink);
-        pd.sub_counters("hw_counters", CounterDir::PortHw, sink);
+        pd.sub_counters("counters", CounterDir::Pma, listings, sink);
+        pd.sub_counters("hw_counters", CounterDir::PortHw, listings, sink);
         count += 1;
     }
     Ok(count)

@@ -5,7 +5,7 @@
 
 use super::text::{counter_head, push_counter, push_labels, push_sample, Family};
 use crate::kernel::topology::node::PortInfo;
-use crate::kernel::topology::{CounterDir, RdmaSysfs, ScrapeSink};
+use crate::kernel::topology::{CounterDir, CounterListings, RdmaSysfs, ScrapeSink};
 use crate::node::values::{link_layer_name, rate_mbps};
 
 const INFO: usize = 0;
@@ -100,11 +100,12 @@ impl PortText {
 
     /// Reads every port of the node into the families. A port whose state cannot be read
     /// leaves no port metric and one error, as the node's topology cannot be read then.
-    pub(super) fn read(&mut self, topo: &RdmaSysfs<'_>) {
+    /// `listings` are the counter directories' names, kept from the scrape before.
+    pub(super) fn read(&mut self, topo: &RdmaSysfs<'_>, listings: &mut CounterListings) {
         self.bodies.iter_mut().for_each(String::clear);
         self.device.clear();
         self.errors = 0;
-        if topo.scrape(self).is_err() {
+        if topo.scrape(listings, self).is_err() {
             self.bodies.iter_mut().for_each(String::clear);
             self.errors = 1;
         }

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::attach::store::Store;
 use crate::kernel::topology::fixtures::SysfsFixture;
-use crate::kernel::topology::{CounterDir, RdmaSysfs, ScrapeSink};
+use crate::kernel::topology::{CounterDir, CounterListings, RdmaSysfs, ScrapeSink};
 use crate::testutil::TempDir;
 
 const PF_PORT: &str = "devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/infiniband/mlx5_0/ports/1";
@@ -368,7 +368,8 @@ fn the_scrape_reader_agrees_with_the_full_topology_reader() {
     counters(&fx, 1000, 7);
     let topo = RdmaSysfs::new(fx.root());
     let mut seen = Seen::default();
-    topo.scrape(&mut seen).unwrap();
+    topo.scrape(&mut CounterListings::default(), &mut seen)
+        .unwrap();
     let mut pma: Vec<&str> = seen
         .1
         .iter()
@@ -423,4 +424,129 @@ fn the_scrape_reader_agrees_with_the_full_topology_reader() {
         .collect();
     assert_eq!(brief, full);
     assert_eq!(brief.len(), 5);
+}
+
+/// The text without the render time, whose value differs from one scrape to the next.
+fn without_render_time(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with("rdma_ns_exporter_render_seconds "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Scrapes with `scraper`; the text, checked against what a new scraper (no listing kept)
+/// renders at the same moment, and the counter directories listed so far.
+fn scrape_kept(scraper: &mut Scraper, src: &Sources) -> (String, usize) {
+    let mut out = String::new();
+    scraper.render(&mut out);
+    let text = without_render_time(&out);
+    assert_eq!(
+        text,
+        without_render_time(&render_text(src)),
+        "the kept listings give what a new listing gives"
+    );
+    (text, scraper.listings.listed())
+}
+
+/// Copies the tree at `from` to `to`: every directory a new one, as a device registered
+/// again gets from kernfs.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let kind = e.file_type().unwrap();
+        if kind.is_dir() {
+            copy_tree(&src, &dst);
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_counter_directory_is_listed_once_while_it_lives() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let src = sources(&fx, &data);
+    counters(&fx, 1000, 7);
+    let mut scraper = Scraper::new(src.clone());
+    // PF_PORT's counters and hw_counters, RXE_PORT's hw_counters.
+    let (first, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(listed, 3, "the first scrape lists every counter directory");
+    let (again, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!((again, listed), (first.clone(), 3), "nothing listed again");
+    counters(&fx, 5000, 9);
+    let (moved, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(
+        listed, 3,
+        "new values, the same directories: nothing listed again"
+    );
+    assert_ne!(moved, first, "the values are read at every scrape");
+    let hw = r#"rdma_port_hw_counter_total{device="mlx5_0",port="1",counter="out_of_buffer"} 9"#;
+    assert!(moved.contains(hw), "{moved}");
+}
+
+#[test]
+fn a_device_made_again_with_other_counters_is_listed_again() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let src = sources(&fx, &data);
+    counters(&fx, 1000, 7);
+    let mut scraper = Scraper::new(src.clone());
+    let (before, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(listed, 3);
+    let dev = fx.path().join(PF_PORT).join("../..");
+    let dev = std::fs::canonicalize(dev).unwrap();
+    // The old tree stays (away from the node) until the test ends, so that no new directory
+    // can get an inode number of an old one: kernfs never gives one twice, ext4 may.
+    let gone = TempDir::new("metrics-gone");
+    std::fs::rename(&dev, gone.path().join("mlx5_0")).unwrap();
+    copy_tree(&gone.path().join("mlx5_0"), &dev);
+    fx.remove(format!("{PF_PORT}/hw_counters/out_of_buffer"))
+        .unwrap();
+    fx.write_attr(format!("{PF_PORT}/hw_counters/rx_write_requests"), "11")
+        .unwrap();
+    let (after, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(
+        listed, 5,
+        "mlx5_0's two counter directories listed again, rxe0's not"
+    );
+    let counter = |name: &str| format!(r#"device="mlx5_0",port="1",counter="{name}"}}"#);
+    assert!(before.contains(&counter("out_of_buffer")), "{before}");
+    assert!(!after.contains(&counter("out_of_buffer")), "{after}");
+    assert!(after.contains(&counter("rx_write_requests")), "{after}");
+}
+
+#[test]
+fn a_counter_gone_from_a_kept_listing_is_left_out_and_listed_again() {
+    let fx = SysfsFixture::all().unwrap();
+    let data = TempDir::new("metrics");
+    let src = sources(&fx, &data);
+    counters(&fx, 1000, 7);
+    let mut scraper = Scraper::new(src.clone());
+    let (before, _) = scrape_kept(&mut scraper, &src);
+    let symbol_error = r#"counter="symbol_error"}"#;
+    assert!(before.contains(symbol_error), "{before}");
+    fx.remove(format!("{PF_PORT}/counters/symbol_error"))
+        .unwrap();
+    // The directory is the same one: its listing is used, and the name that is gone
+    // (ENOENT) is left out, not counted as a read error.
+    let (left_out, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(listed, 3);
+    assert!(!left_out.contains(symbol_error), "{left_out}");
+    assert!(
+        left_out.contains("rdma_ns_exporter_read_errors 0\n"),
+        "{left_out}"
+    );
+    let (listed_again, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(
+        listed, 4,
+        "the directory is listed again at the next scrape"
+    );
+    assert_eq!(listed_again, left_out);
+    let (_, listed) = scrape_kept(&mut scraper, &src);
+    assert_eq!(listed, 4, "and then kept again");
 }
