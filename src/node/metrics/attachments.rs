@@ -18,10 +18,11 @@ const GID_INFO: Family = Family::gauge(
     "A RoCE GID of an attachment's pod address: index, type and IP (always 1).",
 );
 
-/// The records of every data dir as last read, and how many could not be read.
+/// The text of the records of every data dir as last read, and how many could not be read.
+/// The text is written when the records are read: between reads it does not change.
 #[derive(Default)]
 pub(super) struct Records {
-    records: Vec<Attachment>,
+    text: String,
     pub(super) unreadable: usize,
     /// What the data dirs held when the records were read (None: never, or not readable).
     stamp: Option<Stamp>,
@@ -39,38 +40,45 @@ impl Records {
         // again, and the next scrape reads it again.
         self.stamp = Stamp::take(data_dirs);
         self.reads += 1;
-        self.records.clear();
         self.unreadable = 0;
+        let mut all = Vec::new();
         for dir in data_dirs {
             let (records, errors) = Store::new(dir).list_all();
             self.unreadable += errors.len();
-            self.records.extend(records);
+            all.extend(records);
         }
+        self.text.clear();
+        write_records(&mut self.text, &all);
     }
 
     pub(super) fn write_to(&self, out: &mut String) {
-        let mut f = FamilyText::new(out, &INFO);
-        for a in &self.records {
-            f.sample(&info_labels(a), 1);
-        }
-        let mut f = FamilyText::new(out, &GID_INFO);
-        for a in &self.records {
-            let (namespace, pod) = pod_names(a);
-            for g in a.gids() {
-                let (port, index, ip) = (g.port.to_string(), g.index.to_string(), g.ip.to_string());
-                let gid = labels(&[
-                    ("namespace", namespace),
-                    ("pod", pod),
-                    ("network", &a.network),
-                    ("interface", &a.ifname),
-                    ("device", &g.ibdev),
-                    ("port", &port),
-                    ("gid_index", &index),
-                    ("gid_type", &g.gid_type),
-                    ("ip", &ip),
-                ]);
-                f.sample(&gid, 1);
-            }
+        out.push_str(&self.text);
+    }
+}
+
+/// The two families of `records`: an info sample per record, one per GID.
+fn write_records(out: &mut String, records: &[Attachment]) {
+    let mut f = FamilyText::new(out, &INFO);
+    for a in records {
+        f.sample(&info_labels(a), 1);
+    }
+    let mut f = FamilyText::new(out, &GID_INFO);
+    for a in records {
+        let (namespace, pod) = pod_names(a);
+        for g in a.gids() {
+            let (port, index, ip) = (g.port.to_string(), g.index.to_string(), g.ip.to_string());
+            let gid = labels(&[
+                ("namespace", namespace),
+                ("pod", pod),
+                ("network", &a.network),
+                ("interface", &a.ifname),
+                ("device", &g.ibdev),
+                ("port", &port),
+                ("gid_index", &index),
+                ("gid_type", &g.gid_type),
+                ("ip", &ip),
+            ]);
+            f.sample(&gid, 1);
         }
     }
 }
