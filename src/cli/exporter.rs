@@ -110,7 +110,7 @@ pub fn serve(listener: &TcpListener, stop: BorrowedFd<'_>, src: Sources) -> std:
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     // Reused between scrapes: the text has about the same size every time, so after the first
     // scrape no buffer grows.
-    let mut body = String::new();
+    let mut body = Vec::new();
     let mut scraper = Scraper::new(src);
     let mut head = Vec::with_capacity(MAX_REQUEST);
     loop {
@@ -158,7 +158,7 @@ fn handle(
     mut stream: TcpStream,
     scraper: &mut Scraper,
     head: &mut Vec<u8>,
-    body: &mut String,
+    body: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     // A response larger than the socket's buffer goes out in several writes: with Nagle's
     // algorithm the last segment would wait for the client's delayed ACK of the previous one.
@@ -172,7 +172,7 @@ fn handle(
                 &mut stream,
                 "431 Request Header Fields Too Large",
                 "text/plain",
-                "request too large\n",
+                b"request too large\n",
                 false,
             )
         }
@@ -221,7 +221,7 @@ fn answer(
     method: &str,
     path: &str,
     scraper: &mut Scraper,
-    body: &mut String,
+    body: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     let head_only = method == "HEAD";
     if method != "GET" && !head_only {
@@ -229,7 +229,7 @@ fn answer(
             stream,
             "405 Method Not Allowed",
             "text/plain",
-            "GET /metrics\n",
+            b"GET /metrics\n",
             false,
         );
     }
@@ -248,14 +248,14 @@ fn answer(
             stream,
             "200 OK",
             "text/plain; charset=utf-8",
-            "rdma-ns exporter: metrics at /metrics\n",
+            b"rdma-ns exporter: metrics at /metrics\n",
             head_only,
         ),
         _ => respond(
             stream,
             "404 Not Found",
             "text/plain",
-            "not found; try /metrics\n",
+            b"not found; try /metrics\n",
             head_only,
         ),
     }
@@ -265,15 +265,15 @@ fn respond(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,
-    body: &str,
+    body: &[u8],
     head_only: bool,
 ) -> std::io::Result<()> {
     let header = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    let body = if head_only { "" } else { body };
-    write_all_vectored(stream, [header.as_bytes(), body.as_bytes()])?;
+    let body = if head_only { b"" } else { body };
+    write_all_vectored(stream, [header.as_bytes(), body])?;
     stream.flush()
 }
 

@@ -49,9 +49,9 @@ impl Scraper {
         }
     }
 
-    /// Renders every metric into `out` (cleared first). Read errors do not stop a scrape:
-    /// they are counted in `rdma_ns_exporter_read_errors`.
-    pub fn render(&mut self, out: &mut String) {
+    /// Renders every metric into `out` (cleared first), UTF-8 text. Read errors do not stop a
+    /// scrape: they are counted in `rdma_ns_exporter_read_errors`.
+    pub fn render(&mut self, out: &mut Vec<u8>) {
         out.clear();
         let started = std::time::Instant::now();
         let topo = RdmaSysfs::new(&self.src.sys);
@@ -63,12 +63,12 @@ impl Scraper {
             "rdma_ns_records_unreadable",
             "Attachment records that could not be read (rdma-ns doctor names them).",
         );
-        FamilyText::new(out, &unreadable).sample("", self.records.unreadable as u64);
+        FamilyText::new(out, &unreadable).sample(b"", self.records.unreadable as u64);
         let errors = Family::gauge(
             "rdma_ns_exporter_read_errors",
             "sysfs reads that failed during this scrape (missing counters of a device included).",
         );
-        FamilyText::new(out, &errors).sample("", self.ports.errors);
+        FamilyText::new(out, &errors).sample(b"", self.ports.errors);
         let took = Family::gauge(
             "rdma_ns_exporter_render_seconds",
             "How long reading sysfs and the records and rendering this text took.",

@@ -22,7 +22,7 @@ const GID_INFO: Family = Family::gauge(
 /// The text is written when the records are read: between reads it does not change.
 #[derive(Default)]
 pub(super) struct Records {
-    text: String,
+    text: Vec<u8>,
     pub(super) unreadable: usize,
     /// What the data dirs held when the records were read (None: never, or not readable).
     stamp: Option<Stamp>,
@@ -51,13 +51,13 @@ impl Records {
         write_records(&mut self.text, &all);
     }
 
-    pub(super) fn write_to(&self, out: &mut String) {
-        out.push_str(&self.text);
+    pub(super) fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.text);
     }
 }
 
 /// The two families of `records`: an info sample per record, one per GID.
-fn write_records(out: &mut String, records: &[Attachment]) {
+fn write_records(out: &mut Vec<u8>, records: &[Attachment]) {
     let mut f = FamilyText::new(out, &INFO);
     for a in records {
         f.sample(&info_labels(a), 1);
@@ -94,7 +94,7 @@ fn pod_names(a: &Attachment) -> (&str, &str) {
 
 /// The attachment's labels: its ib device and port are the moved device's, else those of its
 /// first RoCE v2 GID (else its first GID), whose index `gid_index` names.
-fn info_labels(a: &Attachment) -> String {
+fn info_labels(a: &Attachment) -> Vec<u8> {
     let (namespace, pod) = pod_names(a);
     let first_gid = a
         .gids()

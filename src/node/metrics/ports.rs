@@ -3,7 +3,7 @@
 //! body (a [`ScrapeSink`]); the families are put together at the end. The bodies are kept
 //! between scrapes, so a scrape allocates nothing per counter.
 
-use super::text::{counter_head, push_counter, push_labels, push_sample, Family};
+use super::text::{counter_head, push_bytes, push_counter, push_labels, push_sample, Family};
 use crate::kernel::topology::node::PortInfo;
 use crate::kernel::topology::{CounterDir, CounterListings, RdmaSysfs, ScrapeSink};
 use crate::node::values::{link_layer_name, rate_mbps};
@@ -75,14 +75,14 @@ const DATA_COUNTERS: [(&str, usize, u64); 4] = [
 
 /// The port families' text of one scrape.
 pub(super) struct PortText {
-    bodies: [String; 11],
+    bodies: [Vec<u8>; 11],
     /// The ib device of the port being read.
     device: String,
     /// `device="…",port="…"` of the port being read.
-    port_labels: String,
+    port_labels: Vec<u8>,
     /// What the samples of a counter file start with, up to the file's name, per counter
     /// family (`rdma_port_counter_total{device="…",port="…",counter="`).
-    heads: [String; 3],
+    heads: [Vec<u8>; 3],
     /// sysfs reads that failed (a counter directory, a counter file).
     pub(super) errors: u64,
 }
@@ -92,7 +92,7 @@ impl PortText {
         PortText {
             bodies: Default::default(),
             device: String::new(),
-            port_labels: String::new(),
+            port_labels: Vec::new(),
             heads: Default::default(),
             errors: 0,
         }
@@ -102,16 +102,16 @@ impl PortText {
     /// leaves no port metric and one error, as the node's topology cannot be read then.
     /// `listings` are the counter directories' names, kept from the scrape before.
     pub(super) fn read(&mut self, topo: &RdmaSysfs<'_>, listings: &mut CounterListings) {
-        self.bodies.iter_mut().for_each(String::clear);
+        self.bodies.iter_mut().for_each(Vec::clear);
         self.device.clear();
         self.errors = 0;
         if topo.scrape(listings, self).is_err() {
-            self.bodies.iter_mut().for_each(String::clear);
+            self.bodies.iter_mut().for_each(Vec::clear);
             self.errors = 1;
         }
     }
 
-    pub(super) fn write_to(&self, out: &mut String) {
+    pub(super) fn write_to(&self, out: &mut Vec<u8>) {
         for (family, body) in FAMILIES.iter().zip(&self.bodies) {
             family.write(out, body);
         }
@@ -136,10 +136,10 @@ impl ScrapeSink for PortText {
             counter_head(head, FAMILIES[family].name(), &labels);
         }
         let info = &mut self.bodies[INFO];
-        info.push_str(FAMILIES[INFO].name());
-        info.push('{');
-        info.push_str(&self.port_labels);
-        info.push(',');
+        push_bytes(info, FAMILIES[INFO].name().as_bytes());
+        info.push(b'{');
+        push_bytes(info, &self.port_labels);
+        info.push(b',');
         push_labels(
             info,
             &[
@@ -153,7 +153,7 @@ impl ScrapeSink for PortText {
                 ),
             ],
         );
-        info.push_str("} 1\n");
+        push_bytes(info, b"} 1\n");
         let gauges = [
             (STATE, Some(u64::from(p.port.state.num))),
             (PHYS_STATE, Some(u64::from(p.port.phys_state.num))),

@@ -143,9 +143,9 @@ fn check_labels(inner: &str, line: &str) {
 }
 
 fn render_text(src: &Sources) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     Scraper::new(src.clone()).render(&mut out);
-    out
+    String::from_utf8(out).unwrap()
 }
 
 fn sources(fx: &SysfsFixture, data: &TempDir) -> Sources {
@@ -309,9 +309,12 @@ fn records_are_read_again_when_one_is_added_appended_to_or_removed_and_only_then
     store.save(&record("c1", "adding")).unwrap();
     let mut scraper = Scraper::new(sources(&fx, &data));
     let mut scrape = || {
-        let mut out = String::new();
+        let mut out = Vec::new();
         scraper.render(&mut out);
-        (attachment_phases(&out), scraper.records.reads)
+        (
+            attachment_phases(&String::from_utf8(out).unwrap()),
+            scraper.records.reads,
+        )
     };
     assert_eq!(scrape(), (vec!["c1 adding".to_string()], 1));
     assert_eq!(
@@ -339,9 +342,19 @@ fn records_are_read_again_when_one_is_added_appended_to_or_removed_and_only_then
 
 #[test]
 fn escaping_is_exactly_backslash_quote_newline() {
-    let mut s = String::new();
-    escape_label_value(&mut s, "a\\b\"c\nd\te");
-    assert_eq!(s, "a\\\\b\\\"c\\nd\te");
+    let mut s = Vec::new();
+    escape_label_value(&mut s, "a\\b\"c\nd\te é");
+    assert_eq!(s, "a\\\\b\\\"c\\nd\te é".as_bytes());
+}
+
+#[test]
+fn pieces_of_every_length_are_appended_whole() {
+    let text = "rdma_port_hw_counter_total{device=\"mlx5_0\",counter=\"é";
+    for len in (0..=text.len()).filter(|l| text.is_char_boundary(*l)) {
+        let mut out = b"head:".to_vec();
+        super::text::push_bytes(&mut out, &text.as_bytes()[..len]);
+        assert_eq!(out, format!("head:{}", &text[..len]).as_bytes(), "{len}");
+    }
 }
 
 /// The ports a scrape hands over, and the counters of each in order.
@@ -437,9 +450,9 @@ fn without_render_time(text: &str) -> String {
 /// Scrapes with `scraper`; the text, checked against what a new scraper (no listing kept)
 /// renders at the same moment, and the counter directories listed so far.
 fn scrape_kept(scraper: &mut Scraper, src: &Sources) -> (String, usize) {
-    let mut out = String::new();
+    let mut out = Vec::new();
     scraper.render(&mut out);
-    let text = without_render_time(&out);
+    let text = without_render_time(&String::from_utf8(out).unwrap());
     assert_eq!(
         text,
         without_render_time(&render_text(src)),

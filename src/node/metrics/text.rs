@@ -1,7 +1,13 @@
 //! The exposition text itself: a family's `# HELP` and `# TYPE` lines before its first sample,
 //! samples as `name{label="value",...} number`, label values escaped.
+//!
+//! The text is built as bytes: a scrape appends thousands of pieces of a few dozen bytes (a
+//! counter's line is its family's head, its file's name and its value), and a `String` can
+//! append a piece only through the C library's memcpy, whose start-up (`rep movsq` in musl)
+//! costs more than copying such a piece; [`push_bytes`] copies it eight bytes at a time. Only
+//! the bytes of `str` values and ASCII are appended, whole, so the text is UTF-8.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 /// A metric family: its name, its type (`gauge`, `counter`) and its help line.
 pub(super) struct Family {
@@ -32,15 +38,15 @@ impl Family {
     }
 
     /// The family with `body`, its samples; nothing when it has none.
-    pub(super) fn write(&self, out: &mut String, body: &str) {
+    pub(super) fn write(&self, out: &mut Vec<u8>, body: &[u8]) {
         if body.is_empty() {
             return;
         }
         self.header(out);
-        out.push_str(body);
+        out.extend_from_slice(body);
     }
 
-    fn header(&self, out: &mut String) {
+    fn header(&self, out: &mut Vec<u8>) {
         let Family { name, kind, help } = self;
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
@@ -49,13 +55,13 @@ impl Family {
 /// One family being written into the text. The header goes out with the first sample, so a
 /// family without samples leaves no line.
 pub(super) struct FamilyText<'o> {
-    out: &'o mut String,
+    out: &'o mut Vec<u8>,
     family: &'o Family,
     started: bool,
 }
 
 impl<'o> FamilyText<'o> {
-    pub(super) fn new(out: &'o mut String, family: &'o Family) -> Self {
+    pub(super) fn new(out: &'o mut Vec<u8>, family: &'o Family) -> Self {
         FamilyText {
             out,
             family,
@@ -65,7 +71,7 @@ impl<'o> FamilyText<'o> {
 
     /// A sample whose labels are `labels`, already written as `k="v",...` and escaped (empty
     /// for none).
-    pub(super) fn sample(&mut self, labels: &str, value: u64) {
+    pub(super) fn sample(&mut self, labels: &[u8], value: u64) {
         self.header();
         push_sample(self.out, self.family.name, labels, value);
     }
@@ -85,9 +91,28 @@ impl<'o> FamilyText<'o> {
     }
 }
 
-/// A number in decimal. Pushed a digit at a time: a scrape writes thousands of numbers, and
-/// musl's memcpy, behind `push_str`, costs more for a few bytes than pushing them one by one.
-fn push_u64(out: &mut String, mut v: u64) {
+/// Appends a short piece (a name, a head, digits) without a memcpy call (see the module
+/// documentation): the text is lengthened first (zeroed by the C library's memset, which
+/// stores a few bytes without start-up), then the piece is copied in eight-byte arrays,
+/// assignments of a known size that the compiler makes single moves, and the rest a byte at
+/// a time.
+pub(super) fn push_bytes(out: &mut Vec<u8>, piece: &[u8]) {
+    let start = out.len();
+    out.resize(start + piece.len(), 0);
+    let mut to = out[start..].chunks_exact_mut(8);
+    let mut from = piece.chunks_exact(8);
+    for (to, from) in (&mut to).zip(&mut from) {
+        if let (Ok(to), Ok(from)) = (<&mut [u8; 8]>::try_from(to), <[u8; 8]>::try_from(from)) {
+            *to = from;
+        }
+    }
+    for (to, from) in to.into_remainder().iter_mut().zip(from.remainder()) {
+        *to = *from;
+    }
+}
+
+/// A number in decimal.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {
@@ -98,76 +123,79 @@ fn push_u64(out: &mut String, mut v: u64) {
             break;
         }
     }
-    for d in &digits[start..] {
-        out.push(char::from(*d));
-    }
+    push_bytes(out, &digits[start..]);
 }
 
 /// `name{labels} value`, a line; `labels` already written as `k="v",...` and escaped (empty for
 /// none).
-pub(super) fn push_sample(out: &mut String, name: &str, labels: &str, value: u64) {
-    out.push_str(name);
+pub(super) fn push_sample(out: &mut Vec<u8>, name: &str, labels: &[u8], value: u64) {
+    push_bytes(out, name.as_bytes());
     if !labels.is_empty() {
-        out.push('{');
-        out.push_str(labels);
-        out.push('}');
+        out.push(b'{');
+        push_bytes(out, labels);
+        out.push(b'}');
     }
-    out.push(' ');
+    out.push(b' ');
     push_u64(out, value);
-    out.push('\n');
+    out.push(b'\n');
 }
 
 /// What every sample of a counter directory's files starts with: `name{labels,counter="`.
-pub(super) fn counter_head(out: &mut String, name: &str, labels: &[(&str, &str)]) {
-    out.push_str(name);
-    out.push('{');
+pub(super) fn counter_head(out: &mut Vec<u8>, name: &str, labels: &[(&str, &str)]) {
+    push_bytes(out, name.as_bytes());
+    out.push(b'{');
     push_labels(out, labels);
     if !labels.is_empty() {
-        out.push(',');
+        out.push(b',');
     }
-    out.push_str("counter=\"");
+    push_bytes(out, b"counter=\"");
 }
 
 /// `head` (see [`counter_head`]), the file's name and its value: a line.
-pub(super) fn push_counter(out: &mut String, head: &str, file: &str, value: u64) {
-    out.push_str(head);
+pub(super) fn push_counter(out: &mut Vec<u8>, head: &[u8], file: &str, value: u64) {
+    push_bytes(out, head);
     escape_label_value(out, file);
-    out.push('"');
-    out.push('}');
-    out.push(' ');
+    push_bytes(out, b"\"} ");
     push_u64(out, value);
-    out.push('\n');
+    out.push(b'\n');
 }
 
 /// `k="v",...` with every value escaped: what [`push_sample`] takes.
-pub(super) fn labels(pairs: &[(&str, &str)]) -> String {
-    let mut out = String::with_capacity(pairs.iter().map(|(k, v)| k.len() + v.len() + 4).sum());
+pub(super) fn labels(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pairs.iter().map(|(k, v)| k.len() + v.len() + 4).sum());
     push_labels(&mut out, pairs);
     out
 }
 
 /// Appends `k="v",...`, every value escaped.
-pub(super) fn push_labels(out: &mut String, pairs: &[(&str, &str)]) {
+pub(super) fn push_labels(out: &mut Vec<u8>, pairs: &[(&str, &str)]) {
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push_str(k);
-        out.push_str("=\"");
+        push_bytes(out, k.as_bytes());
+        push_bytes(out, b"=\"");
         escape_label_value(out, v);
-        out.push('"');
+        out.push(b'"');
     }
 }
 
-/// Label values escape `\`, `"` and newline (exposition format 0.0.4). One pass that copies as
-/// it checks: label values are short, and for a few bytes musl's memcpy costs more.
-pub fn escape_label_value(out: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// Label values escape `\`, `"` and newline (exposition format 0.0.4). The runs between them
+/// are appended whole. The escapes are ASCII and a UTF-8 sequence has no ASCII byte inside,
+/// so every character is copied whole.
+pub fn escape_label_value(out: &mut Vec<u8>, v: &str) {
+    let mut rest = v.as_bytes();
+    while let Some(at) = rest.iter().position(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        push_bytes(out, &rest[..at]);
+        push_bytes(
+            out,
+            match rest[at] {
+                b'\\' => b"\\\\",
+                b'"' => b"\\\"",
+                _ => b"\\n",
+            },
+        );
+        rest = &rest[at + 1..];
     }
+    push_bytes(out, rest);
 }
