@@ -479,13 +479,20 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-#[test]
-fn a_counter_directory_is_listed_once_while_it_lives() {
+/// The fixture node with its counters written, its sources, and a scraper for it, which keeps
+/// the listings from one scrape to the next.
+fn node_and_scraper() -> (SysfsFixture, TempDir, Sources, Scraper) {
     let fx = SysfsFixture::all().unwrap();
     let data = TempDir::new("metrics");
     let src = sources(&fx, &data);
     counters(&fx, 1000, 7);
-    let mut scraper = Scraper::new(src.clone());
+    let scraper = Scraper::new(src.clone());
+    (fx, data, src, scraper)
+}
+
+#[test]
+fn a_counter_directory_is_listed_once_while_it_lives() {
+    let (fx, _data, src, mut scraper) = node_and_scraper();
     // PF_PORT's counters and hw_counters, RXE_PORT's hw_counters.
     let (first, listed) = scrape_kept(&mut scraper, &src);
     assert_eq!(listed, 3, "the first scrape lists every counter directory");
@@ -504,11 +511,7 @@ fn a_counter_directory_is_listed_once_while_it_lives() {
 
 #[test]
 fn a_device_made_again_with_other_counters_is_listed_again() {
-    let fx = SysfsFixture::all().unwrap();
-    let data = TempDir::new("metrics");
-    let src = sources(&fx, &data);
-    counters(&fx, 1000, 7);
-    let mut scraper = Scraper::new(src.clone());
+    let (fx, _data, src, mut scraper) = node_and_scraper();
     let (before, listed) = scrape_kept(&mut scraper, &src);
     assert_eq!(listed, 3);
     let dev = fx.path().join(PF_PORT).join("../..");
@@ -535,11 +538,7 @@ fn a_device_made_again_with_other_counters_is_listed_again() {
 
 #[test]
 fn a_counter_gone_from_a_kept_listing_is_left_out_and_listed_again() {
-    let fx = SysfsFixture::all().unwrap();
-    let data = TempDir::new("metrics");
-    let src = sources(&fx, &data);
-    counters(&fx, 1000, 7);
-    let mut scraper = Scraper::new(src.clone());
+    let (fx, _data, src, mut scraper) = node_and_scraper();
     let (before, _) = scrape_kept(&mut scraper, &src);
     let symbol_error = r#"counter="symbol_error"}"#;
     assert!(before.contains(symbol_error), "{before}");
