@@ -1,13 +1,18 @@
-//! The [`NetOps`] behaviour the attachment steps rely on, written once: unit tests run these
-//! scenarios against the fake host (src/kernel/fake.rs) and the root tier against the real
-//! one (tests/netlink_root.rs), so the fake cannot drift from the kernel unnoticed.
+//! The [`NetOps`] and [`RdmaOps`] behaviour the attachment steps rely on, written once: unit
+//! tests run these scenarios against the fake host (src/kernel/fake.rs), the root tier the
+//! netdev ones against the real kernel (tests/netlink_root.rs) and the VM tier the Soft-RoCE
+//! ones against kernels with rdma_rxe (tests/vm_soft_roce.rs), so the fake cannot drift from the
+//! kernel unnoticed.
 //!
-//! Each scenario gets a host link to work on (up, with an address, its name free in the pod) and
-//! the pod namespace, and leaves the link in the pod under `ifname` (or where the scenario says);
-//! it returns what went wrong as text, to be asserted by the caller.
+//! Each netdev scenario gets a host link to work on (up, with an address, its name free in the
+//! pod) and the pod namespace, and leaves the link in the pod under `ifname` (or where the
+//! scenario says); it returns what went wrong as text, to be asserted by the caller.
+
+use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 
+use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::rtnetlink::{
     Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec, RuleSpec,
 };
@@ -321,10 +326,107 @@ pub fn ipv4_conf_is_the_links_until_it_moves(
     Ok(())
 }
 
+/// The UDP port Soft-RoCE receives RoCE v2 on.
+const ROCE_V2_PORT: u16 = 4791;
+
+fn device_index(rdma: &dyn RdmaOps, ns: Ns<'_>, name: &str) -> Result<Option<u32>, String> {
+    rdma.device_index(ns, name).map_err(|e| e.to_string())
+}
+
+fn port_bound(rdma: &dyn RdmaOps, ns: Ns<'_>) -> Result<bool, String> {
+    rdma.udp_port_bound(ns, ROCE_V2_PORT)
+        .map_err(|e| e.to_string())
+}
+
+/// A rxe link added from the pod's socket on the pod's netdev `netdev` (up, no rxe yet)
+/// registers the ib device `name` in the host netns, and the RoCE v2 port is bound in the pod
+/// exactly when the kernel opens rxe's socket in the netdev's netns (`per_netns`: Linux 7.1 and
+/// later); before the link, nothing is bound there. The device stays.
+pub fn a_rxe_link_added_in_the_pod_registers_in_the_host(
+    rdma: &dyn RdmaOps,
+    pod: Ns<'_>,
+    netdev: &str,
+    name: &str,
+    per_netns: bool,
+) -> Outcome {
+    if port_bound(rdma, pod)? {
+        return Err("UDP 4791 is bound in the pod before any rxe link".into());
+    }
+    rdma.add_link(pod, name, "rxe", netdev)
+        .map_err(|e| format!("add: {e}"))?;
+    if device_index(rdma, Ns::Host, name)?.is_none() {
+        return Err(format!("{name} is not in the host netns after the add"));
+    }
+    match (port_bound(rdma, pod)?, per_netns) {
+        (true, true) | (false, false) => Ok(()),
+        (bound, _) => Err(format!("UDP 4791 bound in the pod after the add: {bound}")),
+    }
+}
+
+/// A rxe link under a name that is taken (the ib device `name` exists) is ENFILE, the core's
+/// answer to a duplicate name; a second one on the same netdev is EEXIST, rxe's.
+pub fn a_taken_name_or_netdev_is_refused(
+    rdma: &dyn RdmaOps,
+    pod: Ns<'_>,
+    netdev: &str,
+    other_netdev: &str,
+    name: &str,
+) -> Outcome {
+    match rdma.add_link(pod, name, "rxe", other_netdev) {
+        Ok(()) => return Err("a rxe link was added under a taken name".into()),
+        Err(e) if e.is_errno(nix::errno::Errno::ENFILE) => {}
+        Err(e) => return Err(format!("taken name: want ENFILE, got {e}")),
+    }
+    let second = format!("{name}x");
+    expect_eexist(
+        rdma.add_link(pod, &second, "rxe", netdev),
+        "a second rxe link was added on the same netdev",
+    )
+}
+
+/// DELLINK of the device `name` from the host's socket removes it.
+pub fn deleting_a_rxe_link_removes_its_device(rdma: &dyn RdmaOps, name: &str) -> Outcome {
+    let index = device_index(rdma, Ns::Host, name)?.ok_or("no device to delete")?;
+    rdma.delete_link(Ns::Host, index)
+        .map_err(|e| format!("delete: {e}"))?;
+    match device_index(rdma, Ns::Host, name)? {
+        None => Ok(()),
+        Some(i) => Err(format!("{name} still there (index {i}) after DELLINK")),
+    }
+}
+
+/// Deleting the netdev (`netdev_index` in the pod) a rxe link is bound to removes the ib
+/// device `name` too, within `within` (rxe unregisters it from a workqueue).
+pub fn a_rxe_device_goes_with_its_netdev(
+    rdma: &dyn RdmaOps,
+    net: &dyn NetOps,
+    pod: Ns<'_>,
+    netdev_index: u32,
+    name: &str,
+    within: Duration,
+) -> Outcome {
+    if device_index(rdma, Ns::Host, name)?.is_none() {
+        return Err(format!("{name} is not there to begin with"));
+    }
+    net.delete_link(pod, netdev_index)
+        .map_err(|e| format!("deleting the netdev: {e}"))?;
+    let deadline = Instant::now() + within;
+    while device_index(rdma, Ns::Host, name)?.is_some() {
+        if Instant::now() > deadline {
+            return Err(format!("{name} outlived its netdev by {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// The scenarios against the fake host; tests/netlink_root.rs runs them against the real kernel.
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use crate::kernel::fake::{FakeKernel, NsKey, POD};
+    use crate::kernel::rdma_ops::RdmaOps;
     use crate::kernel::rtnetlink::Link;
     use crate::kernel::{Netns, Ns};
 
@@ -371,5 +473,39 @@ mod tests {
         super::a_table_holds_one_route_per_destination(&host(), pod, &nic(), "net1").unwrap();
         super::routes_go_with_their_link_and_rules_stay(&host(), pod, &nic(), "net1").unwrap();
         super::ipv4_conf_is_the_links_until_it_moves(&host(), pod, &nic(), "net1").unwrap();
+    }
+
+    /// The pod's `net9` and a second netdev `net8` there, for the Soft-RoCE scenarios.
+    fn pod_with_two_netdevs(k: &FakeKernel) {
+        k.state.borrow_mut().links.push((
+            NsKey::pod(),
+            Link {
+                index: 31,
+                name: "net8".into(),
+                ..Default::default()
+            },
+        ));
+    }
+
+    #[test]
+    fn the_fake_soft_roce_behaves_as_the_scenarios_say() {
+        let ns = Netns::open(std::path::Path::new(POD)).unwrap();
+        let pod = Ns::Pod(&ns);
+        for per_netns in [true, false] {
+            let k = host();
+            pod_with_two_netdevs(&k);
+            k.state.borrow_mut().rxe_netns_sockets = per_netns;
+            let rdma = k.rdma();
+            let name = "rxe_conformance";
+            super::a_rxe_link_added_in_the_pod_registers_in_the_host(
+                &rdma, pod, "net9", name, per_netns,
+            )
+            .unwrap();
+            super::a_taken_name_or_netdev_is_refused(&rdma, pod, "net9", "net8", name).unwrap();
+            super::deleting_a_rxe_link_removes_its_device(&rdma, name).unwrap();
+            rdma.add_link(pod, name, "rxe", "net9").unwrap();
+            let within = Duration::from_millis(100);
+            super::a_rxe_device_goes_with_its_netdev(&rdma, &k, pod, 30, name, within).unwrap();
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! The fake keeps links and ib devices per namespace and mimics the kernel behaviour the steps
 //! depend on: a netns move keeps the ifindex, flushes addresses and sets the link down; a name
 //! (or altname) already used in the target netns gives EEXIST; an IPoIB netdev is re-created in
-//! the target netns when its ib device moves. The scenarios of `conformance.rs` hold it to the
-//! real kernel's behaviour. Every call of either seam is recorded as a typed [`Call`] in one
+//! the target netns when its ib device moves; a Soft-RoCE (rxe) link added from a netns binds
+//! the netdev of that name there, registers in the host, opens its UDP socket in the netdev's
+//! netns (Linux 7.1 and later; the host's before) and goes when its netdev leaves that netns.
+//! The scenarios of `conformance.rs` hold it to the real kernel's behaviour. Every call of either seam is recorded as a typed [`Call`] in one
 //! sequence, so a test can check the order of netdev and ib device operations, and any call
 //! matching a predicate given to [`FakeKernel::fail_when`] fails with its errno.
 
@@ -162,6 +164,20 @@ pub enum Call {
         index: u32,
         port: u32,
     },
+    AddRdmaLink {
+        ns: NsKey,
+        name: String,
+        link_type: String,
+        netdev: String,
+    },
+    DeleteRdmaLink {
+        ns: NsKey,
+        index: u32,
+    },
+    UdpPortBound {
+        ns: NsKey,
+        port: u16,
+    },
 }
 
 impl Call {
@@ -173,6 +189,9 @@ impl Call {
                 | Call::IbDeviceIndex { .. }
                 | Call::MoveIb { .. }
                 | Call::IbPortState { .. }
+                | Call::AddRdmaLink { .. }
+                | Call::DeleteRdmaLink { .. }
+                | Call::UdpPortBound { .. }
         )
     }
 }
@@ -193,19 +212,10 @@ impl fmt::Display for Call {
                 up,
             } => {
                 write!(f, "set_link {ns} {index}")?;
-                if let Some(n) = netns {
-                    write!(f, " netns={n}")?;
-                }
-                if let Some(n) = name {
-                    write!(f, " name={n}")?;
-                }
-                if let Some(m) = mtu {
-                    write!(f, " mtu={m}")?;
-                }
-                if let Some(u) = up {
-                    write!(f, " up={u}")?;
-                }
-                Ok(())
+                optional(f, " netns=", netns)?;
+                optional(f, " name=", name)?;
+                optional(f, " mtu=", mtu)?;
+                optional(f, " up=", up)
             }
             Call::DelAltname { ns, index, altname } => {
                 write!(f, "del_altname {ns} {index} {altname}")
@@ -222,10 +232,7 @@ impl fmt::Display for Call {
                 target,
             } => {
                 write!(f, "create_link {ns} {name} parent={parent}")?;
-                if let Some(t) = target {
-                    write!(f, " netns={t}")?;
-                }
-                Ok(())
+                optional(f, " netns=", target)
             }
             Call::DeleteLink { ns, index } => write!(f, "delete_link {ns} {index}"),
             Call::Routes { ns, table } => write!(f, "routes {ns} table {table}"),
@@ -240,11 +247,43 @@ impl fmt::Display for Call {
             Call::IbPortState { ns, index, port } => {
                 write!(f, "ib_port_state {ns} {index} port {port}")
             }
+            Call::AddRdmaLink {
+                ns,
+                name,
+                link_type,
+                netdev,
+            } => write!(
+                f,
+                "add_rdma_link {ns} {name} type {link_type} netdev {netdev}"
+            ),
+            Call::DeleteRdmaLink { ns, index } => write!(f, "delete_rdma_link {ns} {index}"),
+            Call::UdpPortBound { ns, port } => write!(f, "udp_port_bound {ns} {port}"),
         }
     }
 }
 
+/// `label` and the value, when there is one.
+fn optional(f: &mut fmt::Formatter<'_>, label: &str, v: &Option<impl fmt::Display>) -> fmt::Result {
+    match v {
+        Some(v) => write!(f, "{label}{v}"),
+        None => Ok(()),
+    }
+}
+
 type CallPredicate = Box<dyn Fn(&Call) -> bool>;
+
+/// A Soft-RoCE device the fake host made for `add_link`: its ib device and the netdev it is
+/// bound to (the netns the netdev is in, and its ifindex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeRxe {
+    pub name: String,
+    pub index: u32,
+    pub netdev_ns: NsKey,
+    pub netdev: u32,
+}
+
+/// The UDP port Soft-RoCE receives RoCE v2 on.
+const ROCE_V2_PORT: u16 = 4791;
 
 /// The fake host: netdevs, addresses, routes and ib devices per namespace, the RDMA subsystem's
 /// settings, and the one sequence of calls made through either seam.
@@ -263,6 +302,14 @@ pub struct FakeState {
     /// When set, moving an ib device also moves the IPoIB netdev whose address carries this GID
     /// (bytes 4-19), re-created with a new name and QPN, as the kernel does.
     pub ipoib_gid: Option<Vec<u8>>,
+    /// The Soft-RoCE devices `add_link` made (each also in `ib_devices`).
+    pub rxe: Vec<FakeRxe>,
+    /// Whether the kernel has the rdma_rxe module: without it NEWLINK of type rxe is EINVAL.
+    pub rxe_module: bool,
+    /// Linux 7.1 and later: rxe opens its UDP socket in the netns of each device's netdev and
+    /// can be moved in exclusive mode. Before (6.1): one socket in the host netns, opened when
+    /// the module loads, and a move is EOPNOTSUPP.
+    pub rxe_netns_sockets: bool,
     pub calls: Vec<Call>,
     fail: Vec<(CallPredicate, i32)>,
     partial_rename_failure: Option<CallPredicate>,
@@ -280,6 +327,9 @@ impl Default for FakeState {
             netns_mode: Some(NetnsMode::Shared),
             port_state: PORT_ACTIVE,
             ipoib_gid: None,
+            rxe: Vec::new(),
+            rxe_module: true,
+            rxe_netns_sockets: true,
             calls: Vec::new(),
             fail: Vec::new(),
             partial_rename_failure: None,
@@ -309,10 +359,26 @@ impl FakeState {
         })
     }
 
+    /// rxe deletes a device whose netdev leaves its netns or is deleted (NETDEV_UNREGISTER).
+    fn netdev_gone(&mut self, ns: &NsKey, index: u32) {
+        let gone: Vec<u32> = self
+            .rxe
+            .iter()
+            .filter(|r| r.netdev_ns == *ns && r.netdev == index)
+            .map(|r| r.index)
+            .collect();
+        self.rxe.retain(|r| !gone.contains(&r.index));
+        self.ib_devices.retain(|(_, _, i)| !gone.contains(i));
+    }
+
     /// The part of a combined change the kernel applies before a failed rename: the link is in
     /// `target` under its old name, down, with the new MTU and no addresses.
     fn move_keeping_name(&mut self, pos: usize, target: NsKey, mtu: Option<u32>) {
         let index = self.links[pos].1.index;
+        let from = self.links[pos].0.clone();
+        if from != target {
+            self.netdev_gone(&from, index);
+        }
         let entry = &mut self.links[pos];
         entry.0 = target;
         entry.1.up = false;
@@ -481,6 +547,9 @@ impl NetOps for FakeKernel {
                 st.move_keeping_name(pos, target_ns, c.mtu);
             }
             return Err(KernelError::new(op, "", ns, nix::libc::EEXIST));
+        }
+        if moving {
+            st.netdev_gone(&key, index);
         }
         let entry = &mut st.links[pos];
         entry.0 = target_ns;
@@ -660,6 +729,7 @@ impl NetOps for FakeKernel {
         if st.links.len() == before {
             return Err(KernelError::new("delete_link", "", ns, nix::libc::ENODEV));
         }
+        st.netdev_gone(&key, index);
         st.left_its_netns(index);
         Ok(())
     }
@@ -794,6 +864,9 @@ impl RdmaOps for FakeRdma {
         let op = call.to_string();
         let mut st = self.state.borrow_mut();
         st.record(call, ns, "ib")?;
+        if !st.rxe_netns_sockets && st.rxe.iter().any(|r| r.index == index) {
+            return Err(KernelError::new(op, "ib", ns, nix::libc::EOPNOTSUPP));
+        }
         let dev = st
             .ib_devices
             .iter_mut()
@@ -827,5 +900,95 @@ impl RdmaOps for FakeRdma {
             "ib",
         )?;
         Ok(Some(st.port_state))
+    }
+
+    fn add_link(&self, ns: Ns<'_>, name: &str, link_type: &str, netdev: &str) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::AddRdmaLink {
+            ns: key.clone(),
+            name: name.to_string(),
+            link_type: link_type.to_string(),
+            netdev: netdev.to_string(),
+        };
+        let op = call.to_string();
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, name)?;
+        let fail = |errno| Err(KernelError::new(op.clone(), name, ns, errno));
+        let Some(bound) = st
+            .links
+            .iter()
+            .find(|(k, l)| *k == key && l.name == netdev)
+            .map(|(_, l)| l.index)
+        else {
+            return fail(nix::libc::ENODEV);
+        };
+        if link_type != "rxe" || !st.rxe_module {
+            return fail(nix::libc::EINVAL);
+        }
+        // The core's answer to a duplicate ib device name (device.c `assign_name`), then rxe's
+        // to a netdev that has a device already.
+        if st.ib_devices.iter().any(|(_, n, _)| n == name) {
+            return fail(nix::libc::ENFILE);
+        }
+        if st
+            .rxe
+            .iter()
+            .any(|r| r.netdev_ns == key && r.netdev == bound)
+        {
+            return fail(nix::libc::EEXIST);
+        }
+        let index = st.ib_devices.iter().map(|(_, _, i)| *i).max().unwrap_or(0) + 1;
+        st.ib_devices.push((NsKey::Host, name.to_string(), index));
+        st.rxe.push(FakeRxe {
+            name: name.to_string(),
+            index,
+            netdev_ns: key,
+            netdev: bound,
+        });
+        Ok(())
+    }
+
+    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::DeleteRdmaLink {
+            ns: key.clone(),
+            index,
+        };
+        let op = call.to_string();
+        let mut st = self.state.borrow_mut();
+        st.record(call, ns, "ib")?;
+        if !st
+            .ib_devices
+            .iter()
+            .any(|(k, _, i)| *k == key && *i == index)
+        {
+            return Err(KernelError::new(op, "ib", ns, nix::libc::EINVAL));
+        }
+        if !st.rxe.iter().any(|r| r.index == index) {
+            return Err(KernelError::new(op, "ib", ns, nix::libc::EOPNOTSUPP));
+        }
+        st.rxe.retain(|r| r.index != index);
+        st.ib_devices.retain(|(_, _, i)| *i != index);
+        Ok(())
+    }
+
+    fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool> {
+        let key = NsKey::of(ns);
+        let mut st = self.state.borrow_mut();
+        st.record(
+            Call::UdpPortBound {
+                ns: key.clone(),
+                port,
+            },
+            ns,
+            "sock_diag",
+        )?;
+        if port != ROCE_V2_PORT || !st.rxe_module {
+            return Ok(false);
+        }
+        Ok(match st.rxe_netns_sockets {
+            true => st.rxe.iter().any(|r| r.netdev_ns == key),
+            false => key == NsKey::Host,
+        })
     }
 }

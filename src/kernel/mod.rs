@@ -28,6 +28,7 @@ pub mod netns;
 pub mod nldev;
 pub mod rdma_ops;
 pub mod rtnetlink;
+pub mod sock_diag;
 pub mod sysfs;
 pub mod topology;
 

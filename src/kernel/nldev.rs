@@ -1,6 +1,7 @@
 //! NLDEV, the RDMA netlink family (NETLINK_RDMA) that `rdma` from iproute2 speaks: message
 //! encoders and reply decoders for the RDMA subsystem's netns mode, the ib device list, a
-//! port's netdev, and moving an ib device to another netns. The socket is the shared one
+//! port's netdev, moving an ib device to another netns, and adding and deleting a software
+//! RDMA link (a Soft-RoCE device bound to a netdev). The socket is the shared one
 //! ([`NlSocket<Rdma>`](crate::kernel::netlink::NlSocket)); the operations built on these
 //! messages are in [`rdma_ops`](crate::kernel::rdma_ops).
 //!
@@ -23,6 +24,12 @@ pub const RDMA_NL_NLDEV: u16 = 5;
 
 pub const RDMA_NLDEV_CMD_GET: u16 = 1;
 pub const RDMA_NLDEV_CMD_SET: u16 = 2;
+/// `rdma link add NAME type TYPE netdev IF`: a software RDMA device (rxe, siw) bound to a
+/// netdev, which the kernel looks up by name in the requesting socket's netns.
+pub const RDMA_NLDEV_CMD_NEWLINK: u16 = 3;
+/// `rdma link delete NAME`, by DEV_INDEX; only drivers that allow user unregistration (rxe,
+/// siw) accept it.
+pub const RDMA_NLDEV_CMD_DELLINK: u16 = 4;
 pub const RDMA_NLDEV_CMD_PORT_GET: u16 = 5;
 pub const RDMA_NLDEV_CMD_SYS_GET: u16 = 6;
 pub const RDMA_NLDEV_CMD_SYS_SET: u16 = 7;
@@ -37,6 +44,8 @@ pub const RDMA_NLDEV_ATTR_PORT_STATE: u16 = 12;
 pub const RDMA_NLDEV_ATTR_PORT_PHYS_STATE: u16 = 13;
 pub const RDMA_NLDEV_ATTR_NDEV_INDEX: u16 = 50;
 pub const RDMA_NLDEV_ATTR_NDEV_NAME: u16 = 51;
+/// The software RDMA driver of a NEWLINK (`rxe`, `siw`), a NUL-terminated string.
+pub const RDMA_NLDEV_ATTR_LINK_TYPE: u16 = 65;
 /// u8: 0 exclusive, 1 shared.
 pub const RDMA_NLDEV_SYS_ATTR_NETNS_MODE: u16 = 66;
 /// `ib`, `iw`, `roce`, `usnic`, `opa`.
@@ -115,6 +124,14 @@ pub mod request {
         DefaultNla::new(kind, v.to_ne_bytes().to_vec())
     }
 
+    /// A string with its NUL, as libmnl's `mnl_attr_put_strz` writes it (the kernel's policy
+    /// for these attributes is NLA_NUL_STRING).
+    fn strz_attr(kind: u16, v: &str) -> DefaultNla {
+        let mut bytes = v.as_bytes().to_vec();
+        bytes.push(0);
+        DefaultNla::new(kind, bytes)
+    }
+
     const DO: u16 = NLM_F_REQUEST | NLM_F_ACK;
     const DUMP: u16 = NLM_F_REQUEST | NLM_F_ACK | NLM_F_DUMP;
 
@@ -147,6 +164,22 @@ pub mod request {
             u32_attr(RDMA_NLDEV_ATTR_PORT_INDEX, port),
         ];
         frame(RDMA_NLDEV_CMD_PORT_GET, DO, seq, &attrs)
+    }
+
+    /// `rdma link add <name> type <link_type> netdev <netdev>`.
+    pub fn new_link(seq: u32, name: &str, link_type: &str, netdev: &str) -> Vec<u8> {
+        let attrs = [
+            strz_attr(RDMA_NLDEV_ATTR_DEV_NAME, name),
+            strz_attr(RDMA_NLDEV_ATTR_LINK_TYPE, link_type),
+            strz_attr(RDMA_NLDEV_ATTR_NDEV_NAME, netdev),
+        ];
+        frame(RDMA_NLDEV_CMD_NEWLINK, DO, seq, &attrs)
+    }
+
+    /// `rdma link delete <name>` after the dump resolved the name.
+    pub fn del_link(seq: u32, dev_index: u32) -> Vec<u8> {
+        let attrs = [u32_attr(RDMA_NLDEV_ATTR_DEV_INDEX, dev_index)];
+        frame(RDMA_NLDEV_CMD_DELLINK, DO, seq, &attrs)
     }
 
     /// `rdma dev set <dev> netns <name>` (the fd is the sender's, opened on the netns file).

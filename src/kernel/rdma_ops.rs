@@ -1,6 +1,7 @@
 //! What the attachment steps need from RDMA netlink, behind a narrow trait ([`RdmaOps`]) so
 //! every ib-device step and its failure can be exercised without RDMA hardware;
-//! [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one socket.
+//! [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one socket, and
+//! asks sock_diag whether Soft-RoCE's UDP socket is where a pod needs it.
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::hash_map::Entry;
@@ -9,7 +10,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
 
-use crate::kernel::netlink::{NlError, NlSocket, Rdma, Reply};
+use crate::kernel::netlink::{NlError, NlSocket, Rdma, Reply, SockDiag};
 use crate::kernel::nldev::{self, request, NetnsMode, RdmaDev, RdmaPort};
 use crate::kernel::{KResult, KernelError, Netns, Ns};
 
@@ -26,6 +27,15 @@ pub trait RdmaOps {
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()>;
     /// The IB port state number (4 = ACTIVE) as seen from `ns`.
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
+    /// RDMA_NLDEV_CMD_NEWLINK, sent on a socket opened in `ns`: a software RDMA device `name`
+    /// of driver `link_type` (`rxe`) bound to the netdev the kernel finds by the name `netdev`
+    /// in `ns`. The device registers in the host netns, whatever `ns` is.
+    fn add_link(&self, ns: Ns<'_>, name: &str, link_type: &str, netdev: &str) -> KResult<()>;
+    /// RDMA_NLDEV_CMD_DELLINK of the device `index`, on a socket opened in `ns` (one the device
+    /// is visible from).
+    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()>;
+    /// Whether a UDP socket is bound to `port` in `ns` (sock_diag, as `ss -uan` asks).
+    fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool>;
 }
 
 /// RDMA netlink for real, with one socket per namespace, as [`RealKernel`] keeps them: the
@@ -117,6 +127,25 @@ impl RdmaOps for RealRdma {
 
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
         self.with_socket(ns, |s| Ok(s.port(index, port)?.state))
+    }
+
+    fn add_link(&self, ns: Ns<'_>, name: &str, link_type: &str, netdev: &str) -> KResult<()> {
+        self.with_socket(ns, |s| s.add_link(name, link_type, netdev))
+    }
+
+    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
+        self.with_socket(ns, |s| s.delete_link(index))
+    }
+
+    fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool> {
+        let op = format!("list the UDP sockets (looking for port {port})");
+        let error = |e: NlError| KernelError::netlink(&op, "sock_diag", ns, e);
+        let mut sock = match ns {
+            Ns::Host => NlSocket::<SockDiag>::open(),
+            Ns::Pod(netns) => NlSocket::<SockDiag>::open_in(netns, self.host_netns()?),
+        }
+        .map_err(|e| error(e.into()))?;
+        crate::kernel::sock_diag::udp_port_bound(&mut sock, port).map_err(error)
     }
 }
 
@@ -219,6 +248,29 @@ impl RdmaNetlink {
     /// when the netdev is in another netns.
     pub fn port_netdev(&self, dev_index: u32, port: u32) -> KResult<Option<(u32, String)>> {
         Ok(self.port(dev_index, port)?.netdev)
+    }
+
+    /// `rdma link add NAME type LINK_TYPE netdev NETDEV`; the kernel finds the netdev by name in
+    /// this socket's netns (ENODEV when there is none), loads the driver's module on demand
+    /// and answers EINVAL when there is none (nldev.c `nldev_newlink`); rxe answers EEXIST for
+    /// a netdev that has a device already, and the core for a name that is taken.
+    pub fn add_link(&self, name: &str, link_type: &str, netdev: &str) -> KResult<()> {
+        let (op, target) = (
+            format!("add {link_type} link on netdev {netdev}"),
+            format!("ib device {name}"),
+        );
+        self.request(|seq| request::new_link(seq, name, link_type, netdev))
+            .map(drop)
+            .map_err(|e| self.error(&op, &target, e))
+    }
+
+    /// `rdma link delete NAME` by index: EINVAL when no device of that index is visible here,
+    /// EOPNOTSUPP for a device whose driver does not allow it (hardware).
+    pub fn delete_link(&self, dev_index: u32) -> KResult<()> {
+        let (op, target) = ("delete link", format!("ib device index {dev_index}"));
+        self.request(|seq| request::del_link(seq, dev_index))
+            .map(drop)
+            .map_err(|e| self.error(op, &target, e))
     }
 
     /// Moves an ib device into the netns `netns_fd` refers to (`rdma dev set X netns Y`).

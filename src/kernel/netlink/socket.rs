@@ -1,7 +1,7 @@
 //! A synchronous netlink socket, generic over the protocol (after netavark's `Socket<P>`):
 //! one request at a time, replies matched by sequence number, interrupted dumps restarted.
 //!
-//! Both families the plugin speaks handle a request synchronously inside sendmsg and produce
+//! The families the plugin speaks handle a request synchronously inside sendmsg and produce
 //! a dump's next part inside our recvmsg, so the reads never wait on anything but the kernel.
 
 use std::io;
@@ -50,6 +50,15 @@ impl Protocol for Rdma {
     const NUMBER: isize = protocols::NETLINK_RDMA;
     // NLDEV parses every request the same way whatever the flag says; iproute2's `rdma` does
     // not set it either, which keeps our requests comparable with its captures.
+    const STRICT_CHK: bool = false;
+}
+
+/// NETLINK_SOCK_DIAG: the sockets of a netns (inet_diag), as `ss` reads them.
+pub enum SockDiag {}
+
+impl Protocol for SockDiag {
+    const NUMBER: isize = protocols::NETLINK_SOCK_DIAG;
+    // `ss` does not set it either, which keeps our requests comparable with its captures.
     const STRICT_CHK: bool = false;
 }
 

@@ -208,6 +208,14 @@ const IPROUTE_PORT_GET: &str =
 const IPROUTE_DEV_SET_NETNS: &str =
     "20000000 02140500 b6e90c6b 00000000 08000100 00000000 08004400 07000000";
 
+/// `rdma link add rxa type rxe netdev v0` (its second request, after the device dump),
+/// captured with `strace -f -e trace=sendto,sendmsg,recvmsg -e write=all` in the same VM:
+/// DEV_NAME, LINK_TYPE and NDEV_NAME as NUL-terminated strings, in that order.
+const IPROUTE_LINK_ADD: &str = "28000000 03140500 c93f0f6b 00000000 \
+    08000200 72786100 08004100 72786500 07003300 76300000";
+/// `rdma link delete rxa` (rxa = index 0, resolved by the dump before it).
+const IPROUTE_LINK_DELETE: &str = "18000000 04140500 cd3f0f6b 00000000 08000100 00000000";
+
 #[test]
 fn requests_match_iproute2_byte_for_byte() {
     let cases: &[(&str, Vec<u8>)] = &[
@@ -224,6 +232,8 @@ fn requests_match_iproute2_byte_for_byte() {
         (IPROUTE_DEV_GET, request::dev_get(5, 0)),
         (IPROUTE_PORT_GET, request::port_get(6, 0, 1)),
         (IPROUTE_DEV_SET_NETNS, request::dev_set_netns(7, 0, 7)),
+        (IPROUTE_LINK_ADD, request::new_link(8, "rxa", "rxe", "v0")),
+        (IPROUTE_LINK_DELETE, request::del_link(9, 0)),
     ];
     for (captured, ours) in cases {
         assert_eq!(
@@ -396,6 +406,19 @@ fn port_reply_decodes_with_its_netdev() {
     );
 }
 
+/// NEWLINK refusals on 6.1 (iproute2's requests, replies capped to their header): the name
+/// `rxa` taken, on netdev v1: ENFILE (the core's duplicate-name answer); a second link on v0,
+/// which has one: EEXIST (rxe's); netdev `nosuch`: ENODEV; type `nosuchtype`, no such
+/// module: EINVAL.
+const REPLY_LINK_ADD_NAME_TAKEN: &str =
+    "24000000 02000001 ca3f0f6b 3787d5fa e9ffffff 28000000 03140500 ca3f0f6b 00000000";
+const REPLY_LINK_ADD_NETDEV_HAS_ONE: &str =
+    "24000000 02000001 cc3f0f6b d2222e8c efffffff 28000000 03140500 cc3f0f6b 00000000";
+const REPLY_LINK_ADD_NO_NETDEV: &str =
+    "24000000 02000001 5d3f0f6b 7fa1f4e8 edffffff 2c000000 03140500 5d3f0f6b 00000000";
+const REPLY_LINK_ADD_NO_DRIVER: &str =
+    "24000000 02000001 5e3f0f6b 63b87ed8 eaffffff 30000000 03140500 5e3f0f6b 00000000";
+
 #[test]
 fn kernel_refusals_decode_to_errno() {
     assert_eq!(
@@ -411,6 +434,14 @@ fn kernel_refusals_decode_to_errno() {
     );
     assert_eq!(failure(REPLY_PORT_GET_EINVAL, 4242).errno, libc::EINVAL);
     assert_eq!(failure(REPLY_DEV_SET_EBADF, 4242).errno, libc::EBADF);
+    for (reply, seq, errno) in [
+        (REPLY_LINK_ADD_NAME_TAKEN, 0x6b0f_3fca, libc::ENFILE),
+        (REPLY_LINK_ADD_NETDEV_HAS_ONE, 0x6b0f_3fcc, libc::EEXIST),
+        (REPLY_LINK_ADD_NO_NETDEV, 0x6b0f_3f5d, libc::ENODEV),
+        (REPLY_LINK_ADD_NO_DRIVER, 0x6b0f_3f5e, libc::EINVAL),
+    ] {
+        assert_eq!(failure(reply, seq).errno, errno, "{reply}");
+    }
 }
 
 #[test]
