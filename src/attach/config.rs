@@ -65,6 +65,7 @@ impl PluginConf {
         }
         let rdma = RdmaConf::parse(common.rdma.as_deref())?;
         let mode = kind.settings(conf, rdma)?;
+        crate::attach::soft_roce::refuse_where_unsupported(conf, kind, rdma)?;
         // Checked here so a bad value fails before anything changes, not at the first IPAM call.
         conf.ipam_timeout()?;
         let millis = |ms: Option<u32>, default: u64| {

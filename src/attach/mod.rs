@@ -17,6 +17,7 @@ pub mod plan;
 pub mod rail;
 pub mod record;
 pub mod select;
+pub mod soft_roce;
 pub mod steps;
 pub mod store;
 

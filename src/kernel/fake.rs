@@ -19,14 +19,16 @@ use std::rc::Rc;
 use ipnetwork::IpNetwork;
 
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::rdma_ops::RdmaOps;
 use crate::kernel::rtnetlink::{
     Ipv4Conf, Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
     RuleSpec,
 };
 use crate::kernel::{KResult, KernelError, Ns};
 
+mod rdma;
 mod routing;
+
+pub use rdma::FakeRdma;
 
 /// Any real netns file works as the pod for the fake: only its path is used, as a key.
 pub const POD: &str = "/proc/self/ns/net";
@@ -181,6 +183,14 @@ pub enum Call {
 }
 
 impl Call {
+    /// A call that adds or deletes a software RDMA link, or looks for its socket.
+    pub fn is_rdma_link(&self) -> bool {
+        matches!(
+            self,
+            Call::AddRdmaLink { .. } | Call::DeleteRdmaLink { .. } | Call::UdpPortBound { .. }
+        )
+    }
+
     /// A call through the RDMA seam rather than the netdev one.
     pub fn is_rdma(&self) -> bool {
         matches!(
@@ -189,10 +199,7 @@ impl Call {
                 | Call::IbDeviceIndex { .. }
                 | Call::MoveIb { .. }
                 | Call::IbPortState { .. }
-                | Call::AddRdmaLink { .. }
-                | Call::DeleteRdmaLink { .. }
-                | Call::UdpPortBound { .. }
-        )
+        ) || self.is_rdma_link()
     }
 }
 
@@ -281,9 +288,6 @@ pub struct FakeRxe {
     pub netdev_ns: NsKey,
     pub netdev: u32,
 }
-
-/// The UDP port Soft-RoCE receives RoCE v2 on.
-const ROCE_V2_PORT: u16 = 4791;
 
 /// The fake host: netdevs, addresses, routes and ib devices per namespace, the RDMA subsystem's
 /// settings, and the one sequence of calls made through either seam.
@@ -797,198 +801,5 @@ impl NetOps for FakeKernel {
         let mut st = self.state.borrow_mut();
         st.record(call, ns, "")?;
         Ok(st.ipv4_conf_of(&key, index))
-    }
-}
-
-/// The RDMA seam of the fake host (see [`FakeKernel::rdma`]).
-pub struct FakeRdma {
-    pub state: Rc<RefCell<FakeState>>,
-}
-
-impl FakeRdma {
-    /// Sets the RDMA subsystem's netns mode (None: the kernel cannot be asked) and puts these
-    /// (name, index) ib devices in the host.
-    pub fn configure(&self, mode: Option<NetnsMode>, devices: &[(&str, u32)]) {
-        let mut st = self.state.borrow_mut();
-        st.netns_mode = mode;
-        st.ib_devices = devices
-            .iter()
-            .map(|(name, index)| (NsKey::Host, name.to_string(), *index))
-            .collect();
-    }
-
-    /// Where the ib device called `name` is now.
-    pub fn location(&self, name: &str) -> Option<NsKey> {
-        self.state
-            .borrow()
-            .ib_devices
-            .iter()
-            .find(|(_, n, _)| n == name)
-            .map(|(k, _, _)| k.clone())
-    }
-}
-
-impl RdmaOps for FakeRdma {
-    fn netns_mode(&self) -> KResult<Option<NetnsMode>> {
-        let mut st = self.state.borrow_mut();
-        st.record(Call::NetnsMode, Ns::Host, "rdma")?;
-        Ok(st.netns_mode)
-    }
-
-    fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>> {
-        let key = NsKey::of(ns);
-        let mut st = self.state.borrow_mut();
-        st.record(
-            Call::IbDeviceIndex {
-                ns: key.clone(),
-                name: name.to_string(),
-            },
-            ns,
-            name,
-        )?;
-        Ok(st
-            .ib_devices
-            .iter()
-            .find(|(k, n, _)| *k == key && n == name)
-            .map(|(_, _, i)| *i))
-    }
-
-    fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()> {
-        let key = NsKey::of(ns);
-        let target = NsKey::of(target);
-        let call = Call::MoveIb {
-            ns: key.clone(),
-            index,
-            target: target.clone(),
-        };
-        let op = call.to_string();
-        let mut st = self.state.borrow_mut();
-        st.record(call, ns, "ib")?;
-        if !st.rxe_netns_sockets && st.rxe.iter().any(|r| r.index == index) {
-            return Err(KernelError::new(op, "ib", ns, nix::libc::EOPNOTSUPP));
-        }
-        let dev = st
-            .ib_devices
-            .iter_mut()
-            .find(|(k, _, i)| *k == key && *i == index)
-            .ok_or_else(|| KernelError::new(op, "ib", ns, nix::libc::ENODEV))?;
-        dev.0 = target.clone();
-        if let Some(gid) = st.ipoib_gid.clone() {
-            if let Some((k, l)) = st
-                .links
-                .iter_mut()
-                .find(|(_, l)| l.hwaddr.len() == 20 && l.hwaddr[4..] == gid[4..])
-            {
-                *k = target;
-                l.name = format!("ib{}", l.index);
-                l.hwaddr[1] = l.hwaddr[1].wrapping_add(1);
-                l.up = false;
-            }
-        }
-        Ok(())
-    }
-
-    fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
-        let mut st = self.state.borrow_mut();
-        st.record(
-            Call::IbPortState {
-                ns: NsKey::of(ns),
-                index,
-                port,
-            },
-            ns,
-            "ib",
-        )?;
-        Ok(Some(st.port_state))
-    }
-
-    fn add_link(&self, ns: Ns<'_>, name: &str, link_type: &str, netdev: &str) -> KResult<()> {
-        let key = NsKey::of(ns);
-        let call = Call::AddRdmaLink {
-            ns: key.clone(),
-            name: name.to_string(),
-            link_type: link_type.to_string(),
-            netdev: netdev.to_string(),
-        };
-        let op = call.to_string();
-        let mut st = self.state.borrow_mut();
-        st.record(call, ns, name)?;
-        let fail = |errno| Err(KernelError::new(op.clone(), name, ns, errno));
-        let Some(bound) = st
-            .links
-            .iter()
-            .find(|(k, l)| *k == key && l.name == netdev)
-            .map(|(_, l)| l.index)
-        else {
-            return fail(nix::libc::ENODEV);
-        };
-        if link_type != "rxe" || !st.rxe_module {
-            return fail(nix::libc::EINVAL);
-        }
-        // The core's answer to a duplicate ib device name (device.c `assign_name`), then rxe's
-        // to a netdev that has a device already.
-        if st.ib_devices.iter().any(|(_, n, _)| n == name) {
-            return fail(nix::libc::ENFILE);
-        }
-        if st
-            .rxe
-            .iter()
-            .any(|r| r.netdev_ns == key && r.netdev == bound)
-        {
-            return fail(nix::libc::EEXIST);
-        }
-        let index = st.ib_devices.iter().map(|(_, _, i)| *i).max().unwrap_or(0) + 1;
-        st.ib_devices.push((NsKey::Host, name.to_string(), index));
-        st.rxe.push(FakeRxe {
-            name: name.to_string(),
-            index,
-            netdev_ns: key,
-            netdev: bound,
-        });
-        Ok(())
-    }
-
-    fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()> {
-        let key = NsKey::of(ns);
-        let call = Call::DeleteRdmaLink {
-            ns: key.clone(),
-            index,
-        };
-        let op = call.to_string();
-        let mut st = self.state.borrow_mut();
-        st.record(call, ns, "ib")?;
-        if !st
-            .ib_devices
-            .iter()
-            .any(|(k, _, i)| *k == key && *i == index)
-        {
-            return Err(KernelError::new(op, "ib", ns, nix::libc::EINVAL));
-        }
-        if !st.rxe.iter().any(|r| r.index == index) {
-            return Err(KernelError::new(op, "ib", ns, nix::libc::EOPNOTSUPP));
-        }
-        st.rxe.retain(|r| r.index != index);
-        st.ib_devices.retain(|(_, _, i)| *i != index);
-        Ok(())
-    }
-
-    fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool> {
-        let key = NsKey::of(ns);
-        let mut st = self.state.borrow_mut();
-        st.record(
-            Call::UdpPortBound {
-                ns: key.clone(),
-                port,
-            },
-            ns,
-            "sock_diag",
-        )?;
-        if port != ROCE_V2_PORT || !st.rxe_module {
-            return Ok(false);
-        }
-        Ok(match st.rxe_netns_sockets {
-            true => st.rxe.iter().any(|r| r.netdev_ns == key),
-            false => key == NsKey::Host,
-        })
     }
 }

@@ -13,6 +13,7 @@ use crate::attach::modes::child::{
 };
 use crate::attach::permissions::Permissions;
 use crate::attach::rail::Rail;
+use crate::attach::soft_roce::SoftRoce;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -42,8 +43,16 @@ impl ChildMode for Macvlan {
     const NAME: &'static str = "macvlan";
     const KIND: ChildKind = ChildKind::Macvlan;
     const EXAMPLE_PARENT: &'static str = "ens1f0np0";
-    const STEPS: &'static [&'static dyn Step] =
-        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+    // rail before addresses (ARP values set while the link is down); soft-roce after them: rxe
+    // fills its GID table from the netdev's addresses as it registers, where gid-wait looks.
+    const STEPS: &'static [&'static dyn Step] = &[
+        &Rail,
+        &Addresses,
+        &SoftRoce,
+        &Permissions,
+        &GidWait,
+        &DeviceInfoFile,
+    ];
     type Settings = MacvlanConf;
 
     fn settings(conf: &NetConf) -> Result<MacvlanConf> {

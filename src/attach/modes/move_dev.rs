@@ -27,6 +27,7 @@ use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
 };
 use crate::attach::select::{select_host_device, DeviceId, Selector};
+use crate::attach::soft_roce::SoftRoce;
 use crate::attach::steps::{CheckSubject, PodSide, Step};
 use crate::attach::{open_netns, Ctx};
 use crate::cni::result::CniResult;
@@ -48,8 +49,16 @@ pub struct MoveDevice;
 impl ModeDriver for MoveDevice {
     const NAME: &'static str = "move";
     const LOCKS_DEVICE: bool = true;
-    const STEPS: &'static [&'static dyn Step] =
-        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+    // rail before addresses (ARP values set while the link is down); soft-roce after them: rxe
+    // fills its GID table from the netdev's addresses as it registers, where gid-wait looks.
+    const STEPS: &'static [&'static dyn Step] = &[
+        &Rail,
+        &Addresses,
+        &SoftRoce,
+        &Permissions,
+        &GidWait,
+        &DeviceInfoFile,
+    ];
     type Settings = ();
     type Target = Selector;
     type State = MoveState;

@@ -34,6 +34,18 @@ pub fn fail_after(step: &str) -> Option<Fault> {
     Some(Fault::FailAfter(step.to_string()))
 }
 
+/// An IPAM result of the one address `address` (`10.9.0.5/24`), no gateway, no route.
+pub fn one_address(address: &str) -> CniResult {
+    CniResult {
+        ips: vec![crate::cni::result::IpConfig {
+            address: address.parse().unwrap(),
+            gateway: None,
+            interface: None,
+        }],
+        ..Default::default()
+    }
+}
+
 /// The netns a command is run with in the kill-point loop: the pod's, except for GC, which has
 /// none.
 pub fn netns_for(command: Command) -> &'static str {
