@@ -236,7 +236,7 @@ fn add_device<'a>(
     let pod = Ns::Pod(netns);
     ctx.rdma
         .add_link(pod, &rec.ibdev, LINK_TYPE, &rec.netdev)
-        .map_err(|e| add_error(ctx, rec, e))?;
+        .map_err(|e| add_error(ctx, netns, rec, e))?;
     let (rdma, undo) = (ctx.rdma, rec.clone());
     plan.on_undo("soft-roce", move || remove_device(rdma, Some(netns), &undo));
     let index = ctx
@@ -259,9 +259,9 @@ fn add_device<'a>(
 }
 
 /// What a refused NEWLINK means: nldev.c answers EINVAL when no driver registered the link
-/// type (no rdma_rxe to load), the core ENFILE for a name taken, rxe EEXIST for a netdev that
-/// has a device already.
-fn add_error(ctx: &Ctx<'_>, rec: &SoftRoceRecord, e: KernelError) -> Error {
+/// type (no rdma_rxe to load); a name that is taken is EEXIST on Linux 7 (ENFILE on 6.1), as is
+/// a netdev that has a rxe device already, so which of the two is looked up.
+fn add_error(ctx: &Ctx<'_>, netns: &Netns, rec: &SoftRoceRecord, e: KernelError) -> Error {
     let (dev, netdev) = (&rec.ibdev, &rec.netdev);
     if e.is_errno(nix::errno::Errno::EINVAL) && !ctx.sys.device_exists("module/rdma_rxe") {
         return Error::RdmaUnavailable(format!(
@@ -270,14 +270,15 @@ fn add_error(ctx: &Ctx<'_>, rec: &SoftRoceRecord, e: KernelError) -> Error {
              kernel image), or remove {CONF_KEY}; kernel: {e}"
         ));
     }
-    if e.is_errno(nix::errno::Errno::ENFILE) {
+    let clash = e.is_errno(nix::errno::Errno::EEXIST) || e.is_errno(nix::errno::Errno::ENFILE);
+    if clash && matches!(locate(ctx.rdma, Some(netns), dev), Ok(Some(_))) {
         return Error::DeviceInUse(format!(
             "{CONF_KEY}: an ib device named {dev} exists already: it is this attachment's name, \
              left by an earlier ADD of it that no DEL followed; DEL the attachment (or `rdma \
              link delete {dev}`) and retry"
         ));
     }
-    if e.is_errno(nix::errno::Errno::EEXIST) {
+    if clash {
         return Error::DeviceInUse(format!(
             "{CONF_KEY}: {netdev} in the pod has a Soft-RoCE device already (`rdma link show` \
              in the pod), so {dev} cannot be added on it"

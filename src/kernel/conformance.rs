@@ -363,8 +363,9 @@ pub fn a_rxe_link_added_in_the_pod_registers_in_the_host(
     }
 }
 
-/// A rxe link under a name that is taken (the ib device `name` exists) is ENFILE, the core's
-/// answer to a duplicate name; a second one on the same netdev is EEXIST, rxe's.
+/// A rxe link under a name that is taken (the ib device `name` exists) is refused, EEXIST on
+/// Linux 7 and ENFILE on 6.1 (the core's answer to a duplicate name); a second one on the same
+/// netdev is EEXIST, rxe's.
 pub fn a_taken_name_or_netdev_is_refused(
     rdma: &dyn RdmaOps,
     pod: Ns<'_>,
@@ -374,8 +375,9 @@ pub fn a_taken_name_or_netdev_is_refused(
 ) -> Outcome {
     match rdma.add_link(pod, name, "rxe", other_netdev) {
         Ok(()) => return Err("a rxe link was added under a taken name".into()),
-        Err(e) if e.is_errno(nix::errno::Errno::ENFILE) => {}
-        Err(e) => return Err(format!("taken name: want ENFILE, got {e}")),
+        Err(e)
+            if e.is_errno(nix::errno::Errno::EEXIST) || e.is_errno(nix::errno::Errno::ENFILE) => {}
+        Err(e) => return Err(format!("taken name: want EEXIST or ENFILE, got {e}")),
     }
     let second = format!("{name}x");
     expect_eexist(

@@ -137,15 +137,14 @@ impl RdmaOps for FakeRdma {
         if link_type != "rxe" || !st.rxe_module {
             return fail(nix::libc::EINVAL);
         }
-        // The core's answer to a duplicate ib device name (device.c `assign_name`), then rxe's
-        // to a netdev that has a device already.
-        if st.ib_devices.iter().any(|(_, n, _)| n == name) {
-            return fail(nix::libc::ENFILE);
-        }
-        if st
-            .rxe
-            .iter()
-            .any(|r| r.netdev_ns == key && r.netdev == bound)
+        // Linux 7 answers EEXIST to a duplicate ib device name (6.1: ENFILE) and to a netdev
+        // that has a rxe device already.
+        let taken = st.ib_devices.iter().any(|(_, n, _)| n == name);
+        if taken
+            || st
+                .rxe
+                .iter()
+                .any(|r| r.netdev_ns == key && r.netdev == bound)
         {
             return fail(nix::libc::EEXIST);
         }

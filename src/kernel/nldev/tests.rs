@@ -407,7 +407,8 @@ fn port_reply_decodes_with_its_netdev() {
 }
 
 /// NEWLINK refusals on 6.1 (iproute2's requests, replies capped to their header): the name
-/// `rxa` taken, on netdev v1: ENFILE (the core's duplicate-name answer); a second link on v0,
+/// `rxa` taken, on netdev v1: ENFILE (the core's duplicate-name answer; Linux 7.3 answers
+/// EEXIST, shared/notes/rdma-kernel-facts.md); a second link on v0,
 /// which has one: EEXIST (rxe's); netdev `nosuch`: ENODEV; type `nosuchtype`, no such
 /// module: EINVAL.
 const REPLY_LINK_ADD_NAME_TAKEN: &str =

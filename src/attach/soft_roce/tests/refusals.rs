@@ -84,6 +84,34 @@ fn a_taken_name_is_refused_and_the_device_under_it_is_left_alone() {
     assert!(w.store.load("cn", "c1", "net1").unwrap().is_none());
 }
 
+/// EEXIST is both a taken name (Linux 7; 6.1 answers ENFILE) and a netdev that has a rxe
+/// device: the message says which by looking the name up.
+#[test]
+fn a_netdev_with_a_device_already_is_told_from_a_taken_name() {
+    let w = world(MACVLAN);
+    w.kernel.fail_when(
+        |c| matches!(c, Call::AddRdmaLink { .. }),
+        nix::errno::Errno::EEXIST,
+    );
+    refused(
+        &w,
+        102,
+        &["net1 in the pod has a Soft-RoCE device already"],
+        "EEXIST",
+    );
+    let w = world(MACVLAN);
+    w.rdma.configure(Some(NetnsMode::Shared), &[(&name(), 40)]);
+    w.kernel.fail_when(
+        |c| matches!(c, Call::AddRdmaLink { .. }),
+        nix::errno::Errno::ENFILE,
+    );
+    let err = w.add(None).unwrap_err();
+    assert!(
+        err.to_string().contains("left by an earlier ADD"),
+        "6.1: {err}"
+    );
+}
+
 #[test]
 fn a_port_that_never_becomes_active_is_refused() {
     let w = host(r#""device":"vnic","gidTimeoutMs":30"#).build();
