@@ -39,7 +39,7 @@ VM=tests/vm/run.sh
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
