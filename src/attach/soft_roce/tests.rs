@@ -198,10 +198,9 @@ fn check_fails_when_the_device_is_gone() {
     assert!(err.to_string().contains(&name()), "{err}");
 }
 
-/// rxe removes the device with its netdev; a device that outlived both (a plugin killed after
-/// the add, the pod netns then gone, as `reconcile` finds it) is deleted from the host by DEL.
-#[test]
-fn del_deletes_a_device_left_in_the_host_when_the_pod_netns_is_gone() {
+/// An ADD killed right after the kernel made the device, whose pod netns then died: its macvlan
+/// went with it, and the device (this fake's, unlike rxe, which would delete it) stayed.
+fn killed_and_orphaned() -> World {
     let w = world(MACVLAN);
     let e = w
         .add(Some(crate::attach::plan::Fault::SimulatedKillAt(
@@ -212,13 +211,27 @@ fn del_deletes_a_device_left_in_the_host_when_the_pod_netns_is_gone() {
     let mut att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
     att.netns = "/run/netns/rdma-ns-test-gone".into();
     w.store.save(&att).unwrap();
-    // The netns died: its macvlan went, the device (this fake's, unlike rxe) stayed.
     w.kernel
         .state
         .borrow_mut()
         .links
         .retain(|(ns, _)| *ns != NsKey::pod());
     assert_eq!(rxe(&w).len(), 1, "the device outlived its netdev");
+    w
+}
+
+/// DEL deletes a device left in the host when the pod netns is gone, and so does `reconcile`,
+/// which replays DEL from the record.
+#[test]
+fn del_and_reconcile_delete_a_device_left_when_the_pod_netns_is_gone() {
+    let w = killed_and_orphaned();
+    let att = w.store.load("cn", "c1", "net1").unwrap().unwrap();
+    let req = crate::attach::operations::orphan_del(&att, w.store.dir()).unwrap();
+    assert_eq!(req.env.netns, None);
+    w.dispatch(&req, None).unwrap();
+    assert_nothing_left(&w, "reconcile");
+
+    let w = killed_and_orphaned();
     w.run(Command::Del, "", None).unwrap();
     assert!(
         w.calls()
