@@ -118,7 +118,7 @@ fn device_permissions_cover_the_pods_device_and_are_restored_on_del() {
 
 #[test]
 fn the_device_info_file_names_the_pods_device() {
-    let tmp = TempDir::new("softroce-devinfo");
+    let tmp = TempDir::devinfo("softroce");
     let file = tmp.path().join("devinfo/pod-net1.json");
     let fields = format!(
         r#"{MACVLAN},"runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
