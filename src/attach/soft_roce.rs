@@ -49,6 +49,9 @@ const ROCE_V2_PORT: u16 = 4791;
 /// IB_PORT_ACTIVE.
 const PORT_ACTIVE: u8 = 4;
 
+/// How many names ADD tries when other attachments hold the ones before.
+const NAME_TRIES: u32 = 4;
+
 /// How long DEL waits for a device rxe is unregistering (its netdev went first) to go.
 const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -118,8 +121,8 @@ impl StepAdd for SoftRoceAdd {
             netdev: pod.link()?.name.clone(),
             in_pod: false,
         };
-        record(pod, &rec)?;
-        rec.index = Some(add_device(ctx, netns, &rec, plan)?);
+        add_under_a_free_name(pod, &mut rec)?;
+        rec.index = Some(registered(ctx, netns, &rec, plan)?);
         record(pod, &rec)?;
         plan.checkpoint("soft-roce-link")?;
         require_socket_in_pod(ctx.rdma, netns, &rec)?;
@@ -181,17 +184,30 @@ pub fn refuse_where_unsupported(
     })
 }
 
-/// The ib device name of the attachment (network, container, interface): `rxe_` and 16 hex
-/// digits of a hash of the three, so it is the same for every invocation of every binary
-/// (FNV-1a, as the store's bounded file names) and far below the kernel's 63 bytes.
+/// The ib device name of the attachment (network, container, interface): `rxe_` and 11 hex
+/// digits of a hash of the three, the same for every invocation of every binary (FNV-1a, as the
+/// store's bounded file names). UCX holds a device's name in 16 bytes with its NUL
+/// (UCT_MD_NAME_MAX) and does not find a device whose name is longer.
 pub fn device_name(network: &str, container_id: &str, ifname: &str) -> String {
-    let hash = [network, container_id, ifname]
+    nth_name(network, container_id, ifname, 0)
+}
+
+/// The `nth` name of the attachment: [`device_name`] for 0, else a hash that also takes `nth`.
+fn nth_name(network: &str, container_id: &str, ifname: &str, nth: u32) -> String {
+    let nth = nth.to_string();
+    let parts = [
+        network,
+        container_id,
+        ifname,
+        if nth == "0" { "" } else { &nth },
+    ];
+    let hash = parts
         .iter()
         .flat_map(|part| part.bytes().chain(std::iter::once(0)))
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-    format!("rxe_{hash:016x}")
+    format!("rxe_{:011x}", hash >> 20)
 }
 
 /// What the step recorded of `att`; None when it made nothing.
@@ -226,17 +242,51 @@ fn netns_mode(rdma: &dyn RdmaOps) -> Result<NetnsMode> {
         })
 }
 
-/// RDMA_NLDEV_CMD_NEWLINK from the pod's netns; registers the undo, returns the device's index.
-fn add_device<'a>(
+/// RDMA_NLDEV_CMD_NEWLINK from the pod's netns, each name recorded before it is tried: the
+/// attachment's own name ([`device_name`]), or when another attachment's record holds it (two
+/// attachments whose names hash alike) the next of [`NAME_TRIES`].
+fn add_under_a_free_name(pod: &mut PodSide<'_>, rec: &mut SoftRoceRecord) -> Result<()> {
+    let (ctx, netns) = (pod.ctx, pod.netns);
+    for nth in 1..=NAME_TRIES {
+        record(pod, rec)?;
+        let refused = match ctx
+            .rdma
+            .add_link(Ns::Pod(netns), &rec.ibdev, LINK_TYPE, &rec.netdev)
+        {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let clash = refused.is_errno(nix::errno::Errno::EEXIST)
+            || refused.is_errno(nix::errno::Errno::ENFILE);
+        if !clash || nth == NAME_TRIES || !held_by_another(ctx, &pod.att, &rec.ibdev) {
+            return Err(add_error(ctx, netns, rec, refused));
+        }
+        crate::log_info!(
+            "{}: the name {} is another attachment's; trying another",
+            rec.netdev,
+            rec.ibdev
+        );
+        let att = &pod.att;
+        rec.ibdev = nth_name(&att.network, &att.container_id, &att.ifname, nth);
+    }
+    unreachable!("the last try returns")
+}
+
+/// Whether another attachment's record holds the Soft-RoCE device `name`.
+fn held_by_another(ctx: &Ctx<'_>, att: &Attachment, name: &str) -> bool {
+    ctx.store.list_all().0.iter().any(|other| {
+        !other.is(&att.network, &att.container_id, &att.ifname)
+            && recorded(other).is_ok_and(|r| r.is_some_and(|r| r.ibdev == name))
+    })
+}
+
+/// The new device's index, where the kernel registers it (the host netns); registers the undo.
+fn registered<'a>(
     ctx: &'a Ctx<'a>,
     netns: &'a Netns,
     rec: &SoftRoceRecord,
     plan: &mut Plan<'a>,
 ) -> Result<u32> {
-    let pod = Ns::Pod(netns);
-    ctx.rdma
-        .add_link(pod, &rec.ibdev, LINK_TYPE, &rec.netdev)
-        .map_err(|e| add_error(ctx, netns, rec, e))?;
     let (rdma, undo) = (ctx.rdma, rec.clone());
     plan.on_undo("soft-roce", move || remove_device(rdma, Some(netns), &undo));
     let index = ctx

@@ -348,7 +348,44 @@ fn the_name_is_the_attachments_own_and_fits_the_kernels_bound() {
         "the same every time"
     );
     for (i, n) in names.iter().enumerate() {
-        assert!(n.len() <= 63 && n.starts_with("rxe_"), "{n}");
+        // UCX finds no device whose name needs more than its 16 bytes with the NUL.
+        assert!(n.len() <= 15 && n.starts_with("rxe_"), "{n}");
         assert!(!names[..i].contains(n), "{n} given twice: {names:?}");
     }
+    let nth: Vec<String> = (0..4).map(|n| nth_name("cn", "c1", "net1", n)).collect();
+    assert_eq!(nth[0], names[0]);
+    for (i, n) in nth.iter().enumerate() {
+        assert!(n.len() <= 15 && !nth[..i].contains(n), "{nth:?}");
+    }
+}
+
+/// Two attachments whose names hash alike: the later one takes its next name, recorded, and the
+/// other's device is left alone.
+#[test]
+fn a_name_another_attachment_holds_is_passed_over() {
+    let w = world(MACVLAN);
+    let mut other = {
+        let probe = world(MACVLAN);
+        probe.add(None).unwrap();
+        probe.store.load("cn", "c1", "net1").unwrap().unwrap()
+    };
+    other.container_id = "c2".into();
+    w.store.save(&other).unwrap();
+    w.rdma.configure(Some(NetnsMode::Shared), &[(&name(), 40)]);
+    w.add(None).unwrap();
+    let rec = record_of(&w).unwrap();
+    assert_eq!(rec.ibdev, nth_name("cn", "c1", "net1", 1), "the next name");
+    assert_eq!(rxe(&w)[0].name, rec.ibdev);
+    assert_eq!(
+        w.rdma.location(&name()),
+        Some(NsKey::Host),
+        "the other's stays"
+    );
+    w.run(Command::Del, POD, None).unwrap();
+    assert_eq!(rxe(&w), vec![]);
+    assert_eq!(
+        w.rdma.location(&name()),
+        Some(NsKey::Host),
+        "the other's still stays"
+    );
 }
