@@ -4,16 +4,12 @@
 
 use serde::Deserialize;
 
-use crate::attach::addresses::Addresses;
-use crate::attach::device_info::DeviceInfoFile;
-use crate::attach::gids::GidWait;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::child::{
     ChildKind, ChildMode, ChildPlan, ARPHRD_ETHER, ARPHRD_INFINIBAND,
 };
-use crate::attach::permissions::Permissions;
-use crate::attach::rail::Rail;
-use crate::attach::soft_roce::SoftRoce;
+use crate::attach::modes::move_dev::MoveDevice;
+use crate::attach::modes::ModeDriver;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -43,16 +39,8 @@ impl ChildMode for Macvlan {
     const NAME: &'static str = "macvlan";
     const KIND: ChildKind = ChildKind::Macvlan;
     const EXAMPLE_PARENT: &'static str = "ens1f0np0";
-    // rail before addresses (ARP values set while the link is down); soft-roce after them: rxe
-    // fills its GID table from the netdev's addresses as it registers, where gid-wait looks.
-    const STEPS: &'static [&'static dyn Step] = &[
-        &Rail,
-        &Addresses,
-        &SoftRoce,
-        &Permissions,
-        &GidWait,
-        &DeviceInfoFile,
-    ];
+    /// Move mode's, `softRoce` included (see there for the order).
+    const STEPS: &'static [&'static dyn Step] = MoveDevice::STEPS;
     type Settings = MacvlanConf;
 
     fn settings(conf: &NetConf) -> Result<MacvlanConf> {
