@@ -15,12 +15,18 @@
 //!   only the pod's netdevs (a VF or PF moved into the pod); in shared netns mode the node's
 //!   and other pods' GIDs share the table, and a rail where NCCL or UCX would pick one of
 //!   theirs is a problem, as are rails of different families.
+//! - `UCX_UD_ETH_DGID_CHECK=n` when a rail is a Soft-RoCE device on the pod's interface
+//!   ([`Via::SoftRdmaParent`]) on an IPv4 GID. UCX's UD transport, which its RC transport uses
+//!   for wire-up, checks each received packet's destination GID where a RoCE NIC's completion
+//!   tells it the network header type; rxe's completions do not, so UCX reads an IPv4 packet's
+//!   header area as an IPv6 GRH and drops every packet, and UCX on the index env names stops
+//!   with "UD endpoint ... unhandled timeout error" (UCX 1.13 on rxe, Linux 7.3).
 
 use std::net::IpAddr;
 
 use serde::Serialize;
 
-use super::{Discovery, Finding, Problem, ProblemKind};
+use super::{Discovery, Finding, Problem, ProblemKind, Via};
 
 /// The variables in the order they are printed.
 pub const NAMES: &[&str] = &[
@@ -32,6 +38,7 @@ pub const NAMES: &[&str] = &[
     "NCCL_SOCKET_IFNAME",
     "UCX_NET_DEVICES",
     "UCX_IB_GID_INDEX",
+    "UCX_UD_ETH_DGID_CHECK",
 ];
 
 /// How the GID of each device is chosen.
@@ -80,7 +87,16 @@ pub fn variables(d: &Discovery) -> (Vec<(&'static str, String)>, Vec<Problem>) {
     if let Some(i) = index {
         out.push(("UCX_IB_GID_INDEX", i));
     }
+    if roce.iter().any(|f| is_soft_roce_on_ipv4(f)) {
+        out.push(("UCX_UD_ETH_DGID_CHECK", "n".to_string()));
+    }
     (out, problems)
+}
+
+/// A Soft-RoCE device bound to the pod's interface, on an IPv4 GID: where UCX's UD
+/// destination-GID check drops every packet (see the module's doc).
+fn is_soft_roce_on_ipv4(f: &Finding) -> bool {
+    f.via == Via::SoftRdmaParent && matches!(f.ip, Some(IpAddr::V4(_)))
 }
 
 /// One index when the RoCE rails agree (0 when there are none: InfiniBand only), else the
