@@ -18,52 +18,12 @@ mod vm_support;
 
 use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
-use vm_support::{read, require_vm, run};
+use vm_support::{
+    in_pod, json_of, read, require_per_netns_rxe, require_vm, run, verbs_gid_index, ExtraNetns,
+};
 
 const POD_A: &str = "vmpod";
 const POD_B: &str = "vmpodb";
-
-/// Linux 7.1 gave rxe a UDP socket per netns (drivers/infiniband/sw/rxe/rxe_ns.c).
-fn require_per_netns_rxe() {
-    let release = read("/proc/sys/kernel/osrelease");
-    let mut parts = release.split(['.', '-']);
-    let major: u32 = parts.next().unwrap().parse().unwrap();
-    let minor: u32 = parts.next().unwrap().parse().unwrap();
-    assert!(
-        (major, minor) >= (7, 1),
-        "this case needs Linux 7.1 or later (rxe with per-netns sockets); the VM runs {release}"
-    );
-}
-
-/// Runs a command inside `pod`, as a container would; panics unless it exits 0.
-fn in_pod(pod: &str, cmd: &str, args: &[&str]) -> String {
-    let mut all = vec!["netns", "exec", pod, cmd];
-    all.extend_from_slice(args);
-    run("ip", &all)
-}
-
-fn json_of(stdout: &str) -> Value {
-    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
-
-/// The index of `ip`'s RoCE v2 GID on `dev` port 1 as rdma-core reads it (`ibv_devinfo -v`
-/// prints a RoCE v2 GID with inet_ntop: `GID[  1]:  ::ffff:10.91.0.1, RoCE v2`), polled
-/// briefly: the kernel adds GIDs from a workqueue.
-fn verbs_gid_index(dev: &str, ip: &str) -> u32 {
-    let wanted = format!("::ffff:{ip}, RoCE v2");
-    for _ in 0..200 {
-        let info = run("ibv_devinfo", &["-d", dev, "-v"]);
-        let hit = info.lines().map(str::trim).find_map(|l| {
-            let (index, gid) = l.strip_prefix("GID[")?.split_once("]:")?;
-            (gid.trim() == wanted).then(|| index.trim().parse().ok())?
-        });
-        if let Some(i) = hit {
-            return i;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("ibv_devinfo -d {dev} shows no RoCE v2 GID for {ip}");
-}
 
 /// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with `ip`/24; DEL on drop,
 /// after its own rxe device (if any) is gone.
@@ -113,24 +73,6 @@ impl Drop for Pod {
     }
 }
 
-/// A netns of the test's own, deleted on drop.
-struct ExtraNetns(&'static str);
-
-impl ExtraNetns {
-    fn add(name: &'static str) -> ExtraNetns {
-        run("ip", &["netns", "add", name]);
-        ExtraNetns(name)
-    }
-}
-
-impl Drop for ExtraNetns {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "delete", self.0])
-            .output();
-    }
-}
-
 #[test]
 fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
     require_vm();
@@ -140,8 +82,8 @@ fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
     let mut b = Pod::attach(POD_B, "10.91.0.2");
     a.add_rxe("rxa");
     b.add_rxe("rxb");
-    let index_a = verbs_gid_index("rxa", "10.91.0.1");
-    let index_b = verbs_gid_index("rxb", "10.91.0.2");
+    let index_a = verbs_gid_index(None, "rxa", "10.91.0.1");
+    let index_b = verbs_gid_index(None, "rxb", "10.91.0.2");
     // What the tie relies on: both devices name a `net1`, and RDMA netlink in pod a reports
     // a netdev for its own device only.
     assert_eq!(read("/sys/class/infiniband/rxa/parent"), "net1");
@@ -185,7 +127,7 @@ fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
 fn vm_env_finds_a_macvlans_parent_from_the_node_and_searches_without_privilege() {
     require_vm();
     let _pod = Pod::attach(POD_A, "10.9.0.5");
-    let index = verbs_gid_index("rxe0", "10.9.0.5");
+    let index = verbs_gid_index(None, "rxe0", "10.9.0.5");
     let node = run(
         PLUGIN,
         &["env", "--netns", "/run/netns/vmpod", "--format", "json"],

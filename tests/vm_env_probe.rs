@@ -14,7 +14,7 @@ use std::process::Command;
 
 use common::*;
 use serde_json::{json, Value};
-use vm_support::wait_for_sysfs_gid_index;
+use vm_support::{probe_bin, probe_exchange_args, wait_for_sysfs_gid_index};
 
 const POD: &str = "/run/netns/vmpod";
 const POD_IP: &str = "10.9.0.5";
@@ -26,17 +26,6 @@ fn require_vm() {
         Ok("1"),
         "VM-only test: run it with `tests/vm/run.sh env-probe`"
     );
-}
-
-fn probe_bin() -> &'static str {
-    // Set only when the probe was built (feature verbs): a build without it compiles this
-    // target, and its probe tests fail saying why.
-    match option_env!("CARGO_BIN_EXE_rdma-ns-probe") {
-        Some(p) => p,
-        None => panic!(
-            "rdma-ns-probe was not built: tests/vm/run.sh builds the VM tests with --features verbs"
-        ),
-    }
 }
 
 /// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with 10.9.0.5/24; DEL on drop.
@@ -219,25 +208,7 @@ fn vm_probe_ping_pong_and_write_stream_host_to_host_on_rxe_gid_0() {
         false
     });
     assert!(ready, "rxev0 has no usable IPv6 link-local address (GID 0)");
-    let args = |role: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = [
-            "--device",
-            "rxe0",
-            "--gid-index",
-            "0",
-            "--iters",
-            "100",
-            "--size",
-            "65536",
-            "--timeout-ms",
-            "30000",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.extend(role.iter().map(|s| s.to_string()));
-        v
-    };
+    let args = |role: &[&str]| probe_exchange_args("rxe0", 0, 100, role);
     // One try and a hundred round trips: each is a chance for the listener's send completion
     // and the connector's next message to land in one poll, which a wait that counted any
     // completion toward any wait turned into a lost receive (the exchange then stopped at an

@@ -22,6 +22,41 @@ pub fn rdma_ns_bin() -> PathBuf {
     PathBuf::from(std::env::var_os("RDMA_NS_BIN").expect("RDMA_NS_BIN is set by the VM runner"))
 }
 
+/// The probe built beside the plugin (`rdma-ns-probe`, feature verbs).
+pub fn probe_bin() -> &'static str {
+    // Set only when the probe was built (feature verbs): a build without it compiles the VM
+    // targets, and the tests that need it fail saying why.
+    match option_env!("CARGO_BIN_EXE_rdma-ns-probe") {
+        Some(p) => p,
+        None => panic!(
+            "rdma-ns-probe was not built: tests/vm/run.sh builds the VM tests with --features verbs"
+        ),
+    }
+}
+
+/// The probe's arguments for a `--listen`/`--connect` exchange on `device` at `gid_index`:
+/// `iters` ping-pongs and a WRITE stream of 64 KiB writes, `role` last.
+pub fn probe_exchange_args(device: &str, gid_index: u32, iters: u32, role: &[&str]) -> Vec<String> {
+    let (gid_index, iters) = (gid_index.to_string(), iters.to_string());
+    let mut args: Vec<String> = [
+        "--device",
+        device,
+        "--gid-index",
+        &gid_index,
+        "--iters",
+        &iters,
+        "--size",
+        "65536",
+        "--timeout-ms",
+        "30000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(role.iter().map(|s| s.to_string()));
+    args
+}
+
 /// The fresh network namespace the runner made for this case (`RDMA_NS_VM_NETNS`, a path
 /// under /run/netns).
 pub fn case_netns() -> PathBuf {
@@ -100,4 +135,72 @@ pub fn wait_for_sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> u32 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     panic!("no GID {gid} on {ndev} in {ibdev}'s table");
+}
+
+/// Panics unless the VM runs Linux 7.1 or later, whose rxe opens its UDP socket in the netns
+/// of the device's netdev (drivers/infiniband/sw/rxe/rxe_ns.c), so a rxe device on a pod's
+/// interface receives RoCE in the pod.
+pub fn require_per_netns_rxe() {
+    let release = read("/proc/sys/kernel/osrelease");
+    let mut parts = release.split(['.', '-']);
+    let major: u32 = parts.next().unwrap().parse().unwrap();
+    let minor: u32 = parts.next().unwrap().parse().unwrap();
+    assert!(
+        (major, minor) >= (7, 1),
+        "this case needs Linux 7.1 or later (rxe with per-netns sockets); the VM runs {release}"
+    );
+}
+
+/// Runs a command inside the netns `pod` (a name under /run/netns), as a container would:
+/// `ip netns exec` also gives it a sysfs of that netns. Panics unless it exits 0; its stdout.
+pub fn in_pod(pod: &str, cmd: &str, args: &[&str]) -> String {
+    let mut all = vec!["netns", "exec", pod, cmd];
+    all.extend_from_slice(args);
+    run("ip", &all)
+}
+
+/// `stdout` parsed as JSON; panics naming it when it is not.
+pub fn json_of(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// The index of `ip`'s RoCE v2 GID on `dev` port 1 as rdma-core reads it (`ibv_devinfo -v`
+/// prints a RoCE v2 GID with inet_ntop: `GID[  1]:  ::ffff:10.91.0.1, RoCE v2`), run in the
+/// netns `pod` (None: this one), polled briefly: the kernel adds GIDs from a workqueue.
+pub fn verbs_gid_index(pod: Option<&str>, dev: &str, ip: &str) -> u32 {
+    let wanted = format!("::ffff:{ip}, RoCE v2");
+    for _ in 0..200 {
+        let args = ["-d", dev, "-v"];
+        let info = match pod {
+            Some(pod) => in_pod(pod, "ibv_devinfo", &args),
+            None => run("ibv_devinfo", &args),
+        };
+        let hit = info.lines().map(str::trim).find_map(|l| {
+            let (index, gid) = l.strip_prefix("GID[")?.split_once("]:")?;
+            (gid.trim() == wanted).then(|| index.trim().parse().ok())?
+        });
+        if let Some(i) = hit {
+            return i;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("ibv_devinfo -d {dev} shows no RoCE v2 GID for {ip}");
+}
+
+/// A netns of the test's own (`ip netns add`), deleted on drop.
+pub struct ExtraNetns(pub &'static str);
+
+impl ExtraNetns {
+    pub fn add(name: &'static str) -> ExtraNetns {
+        run("ip", &["netns", "add", name]);
+        ExtraNetns(name)
+    }
+}
+
+impl Drop for ExtraNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", self.0])
+            .output();
+    }
 }
