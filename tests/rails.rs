@@ -22,7 +22,7 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
     let data = DataDir::new();
     for pod in &pods {
         for r in 0..2 {
-            let conf = pod.conf(r, &data, json!({"rail": true}));
+            let conf = pod.conf(r, &data.state(), json!({"rail": true}));
             let add = call("ADD", pod, r).run(&conf);
             add.ok();
             let result = add.json();
@@ -83,7 +83,7 @@ fn a_routed_two_rail_fabric_with_rail_routes_each_rail_by_its_own_gateway() {
 
     for pod in &pods {
         for r in 0..2 {
-            let conf = pod.conf(r, &data, json!({"rail": true}));
+            let conf = pod.conf(r, &data.state(), json!({"rail": true}));
             call("DEL", pod, r).run(&conf).ok();
             call("DEL", pod, r).run(&conf).ok();
         }
@@ -106,8 +106,10 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     let pods = fabric(&router);
     let data = DataDir::new();
     for pod in &pods {
-        call("ADD", pod, 0).run(&pod.conf(0, &data, json!({}))).ok();
-        let second = pod.conf(1, &data, json!({}));
+        call("ADD", pod, 0)
+            .run(&pod.conf(0, &data.state(), json!({})))
+            .ok();
+        let second = pod.conf(1, &data.state(), json!({}));
         let msg = call("ADD", pod, 1).run(&second).err(105);
         assert!(
             msg.contains(EAST_WEST) && msg.contains("File exists"),
@@ -118,7 +120,9 @@ fn the_same_fabric_without_rail_fails_the_second_rail_of_each_pod() {
     let got = route_get(&pods[0], &["10.101.1.2"]);
     assert!(got.contains("via 10.100.0.1 dev net1"), "by rail 0: {got}");
     for pod in &pods {
-        call("DEL", pod, 0).run(&pod.conf(0, &data, json!({}))).ok();
+        call("DEL", pod, 0)
+            .run(&pod.conf(0, &data.state(), json!({})))
+            .ok();
     }
 }
 

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::{sh, Call, DataDir, TestNetns, Veth};
+use super::{sh, Call, TestNetns, Veth};
 
 /// The east-west range every rail routes through its own gateway.
 pub const EAST_WEST: &str = "10.100.0.0/14";
@@ -75,17 +75,17 @@ pub struct Pod {
 
 impl Pod {
     /// The conf of this pod's rail `r` (see [`rail_conf`]).
-    pub fn conf(&self, r: u32, data: &DataDir, extra: Value) -> Value {
-        rail_conf(self.index, r, &self.nics[r as usize].nic, data, extra)
+    pub fn conf(&self, r: u32, data_dir: &str, extra: Value) -> Value {
+        rail_conf(self.index, r, &self.nics[r as usize].nic, data_dir, extra)
     }
 }
 
-/// The conf of rail `r` of pod `p` (move mode, its NIC `device`), with the fields of `extra`
-/// (an object: `{"rail": true}`, `{}` for none) added.
-pub fn rail_conf(p: u32, r: u32, device: &str, data: &DataDir, extra: Value) -> Value {
+/// The conf of rail `r` of pod `p` (move mode, its NIC `device`, the plugin's `dataDir`), with
+/// the fields of `extra` (an object: `{"rail": true}`, `{}` for none) added.
+pub fn rail_conf(p: u32, r: u32, device: &str, data_dir: &str, extra: Value) -> Value {
     let net = subnet(p, r);
     let mut conf = json!({"cniVersion": "1.1.0", "name": format!("rail{r}"), "type": "rdma-ns",
-        "mode": "move", "device": device, "dataDir": data.state(),
+        "mode": "move", "device": device, "dataDir": data_dir,
         "ipam": {"type": "cni-test-ipam",
                  "addresses": [{"address": format!("{net}.2/24"), "gateway": format!("{net}.1")}],
                  "routes": [{"dst": EAST_WEST, "gw": format!("{net}.1")}]}});

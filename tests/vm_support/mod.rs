@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// Panics with a clear message unless running inside the VM tier (`RDMA_NS_IN_VM=1`).
 pub fn require_vm() {
@@ -203,4 +204,88 @@ impl Drop for ExtraNetns {
             .args(["netns", "delete", self.0])
             .output();
     }
+}
+
+/// `args` in the netns `pod` under `timeout -s KILL` (`bound` seconds: a hung verbs tool such as
+/// `ibv_rc_pingpong` ignores SIGTERM), as a command not yet run, its output piped.
+pub fn tool(pod: &str, bound: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", pod, "timeout", "-s", "KILL", bound])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A command's exit status, stdout and stderr, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit {}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Polls `ready` for a while (TCG: a server takes seconds to listen); panics naming `what` when
+/// it never is.
+pub fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} never got ready");
+}
+
+/// A TCP socket listens on `port` in the netns `pod` (`ss`).
+pub fn tcp_listening(pod: &str, port: u16) -> bool {
+    let filter = format!("sport = :{port}");
+    in_pod(pod, "ss", &["-Htln", &filter])
+        .lines()
+        .any(|l| !l.trim().is_empty())
+}
+
+/// An RDMA CM id listens in the netns `pod` (`rdma resource show cm_id`, state LISTEN); the
+/// list is logged, for the device it is bound to.
+pub fn rdma_cm_listening(pod: &str) -> bool {
+    let ids = in_pod(pod, "rdma", &["resource", "show", "cm_id"]);
+    let listening = ids.contains("LISTEN");
+    if listening {
+        eprintln!("{pod}: {ids}");
+    }
+    listening
+}
+
+/// Starts `server` in the netns `server_pod`, waits until `ready`, runs `client` in
+/// `client_pod`, each bounded by `bound` seconds; both outputs (server first).
+pub fn server_and_client(
+    bound: &str,
+    server_pod: &str,
+    server: &[&str],
+    ready: impl Fn() -> bool,
+    client_pod: &str,
+    client: &[&str],
+) -> (Output, Output) {
+    let child = tool(server_pod, bound, server)
+        .spawn()
+        .expect("server runs");
+    wait_until(&server.join(" "), ready);
+    let c = tool(client_pod, bound, client)
+        .output()
+        .expect("client runs");
+    let s = child.wait_with_output().unwrap();
+    (s, c)
+}
+
+/// Both exited 0, else a panic with both outputs.
+pub fn both_ok(what: &str, (s, c): &(Output, Output)) {
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}:\nserver {}\nclient {}",
+        text(s),
+        text(c)
+    );
 }
