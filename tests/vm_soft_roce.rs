@@ -20,14 +20,15 @@
 mod common;
 mod vm_support;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
-    in_pod, json_of, probe_bin, probe_exchange_args, read, require_per_netns_rxe, require_vm, run,
-    verbs_gid_index,
+    both_ok, in_pod, json_of, probe_bin, probe_exchange_args, rdma_cm_listening, read,
+    require_per_netns_rxe, require_vm, run, server_and_client, tcp_listening, text,
+    verbs_gid_index, wait_until,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -203,80 +204,6 @@ fn pod_view(pod: &Pod, active_mtu: u32) -> PodView {
     PodView { ibdev, gid_index }
 }
 
-/// `args` in `pod` under `timeout -s KILL` (`bound` seconds), as a command not yet run.
-fn tool(pod: &Pod, bound: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", pod.netns, "timeout", "-s", "KILL", bound])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Polls `ready` (a server listening) for a while; panics naming `what` when it never is.
-fn wait_until(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..300 {
-        if ready() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} never got ready");
-}
-
-fn tcp_listening(pod: &Pod, port: u16) -> bool {
-    let filter = format!("sport = :{port}");
-    in_pod(pod.netns, "ss", &["-Htln", &filter])
-        .lines()
-        .any(|l| !l.trim().is_empty())
-}
-
-fn rdma_cm_listening(pod: &Pod) -> bool {
-    let ids = in_pod(pod.netns, "rdma", &["resource", "show", "cm_id"]);
-    let listening = ids.contains("LISTEN");
-    if listening {
-        eprintln!("{}: {ids}", pod.netns);
-    }
-    listening
-}
-
-/// Starts `server` in pod `b`, waits until `ready`, runs `client` in pod `a`, each bounded by
-/// `bound` seconds; both outputs.
-fn server_and_client(
-    bound: &str,
-    b: &Pod,
-    server: &[&str],
-    ready: impl Fn() -> bool,
-    a: &Pod,
-    client: &[&str],
-) -> (Output, Output) {
-    let child: Child = tool(b, bound, server).spawn().expect("server runs");
-    wait_until(&server.join(" "), ready);
-    let c = tool(a, bound, client).output().expect("client runs");
-    let s = child.wait_with_output().unwrap();
-    (s, c)
-}
-
-/// Both exit 0, else a panic with both outputs.
-fn both_ok(what: &str, (s, c): &(Output, Output)) {
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what}:\nserver {}\nclient {}",
-        text(s),
-        text(c)
-    );
-}
-
 const PROBE_PORT: u16 = 18516;
 const PINGPONG_PORT: &str = "18517";
 const UCX_PORT: &str = "13337";
@@ -294,10 +221,10 @@ fn probe_exchange(a: &Pod, va: &PodView, b: &Pod, vb: &PodView, mtu: u32) {
     let client = args(va, &["--connect", &format!("{}:{PROBE_PORT}", b.ip)]);
     let out = server_and_client(
         TOOL_TIMEOUT,
-        b,
+        b.netns,
         &strs(&server),
-        || tcp_listening(b, PROBE_PORT),
-        a,
+        || tcp_listening(b.netns, PROBE_PORT),
+        a.netns,
         &strs(&client),
     );
     both_ok("rdma-ns-probe", &out);
@@ -333,10 +260,10 @@ fn rc_pingpong(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
     let port = PINGPONG_PORT.parse().unwrap();
     let out = server_and_client(
         TOOL_TIMEOUT,
-        b,
+        b.netns,
         &server,
-        || tcp_listening(b, port),
-        a,
+        || tcp_listening(b.netns, port),
+        a.netns,
         &client,
     );
     both_ok("ibv_rc_pingpong", &out);
@@ -348,10 +275,10 @@ fn rc_pingpong(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
 fn rping(bound: &str, a: &Pod, b: &Pod) -> (Output, Output) {
     server_and_client(
         bound,
-        b,
+        b.netns,
         &["rping", "-s", "-a", b.ip, "-C", "5"],
-        || rdma_cm_listening(b),
-        a,
+        || rdma_cm_listening(b.netns),
+        a.netns,
         &["rping", "-c", "-v", "-a", b.ip, "-C", "5"],
     )
 }
@@ -381,10 +308,10 @@ fn ucx_perftest(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
     let client_args = [b.ip, "-t", "tag_bw", "-n", "200", "-s", "65536", "-w", "10"];
     let out = server_and_client(
         TOOL_TIMEOUT,
-        b,
+        b.netns,
         &exec(&[]),
-        || tcp_listening(b, port),
-        a,
+        || tcp_listening(b.netns, port),
+        a.netns,
         &exec(&client_args),
     );
     both_ok("ucx_perftest", &out);
