@@ -957,10 +957,11 @@ A64_BIN=$REPO/target/$A64_TARGET/release/rdma-ns
 # (an aarch64 kernel has them; the unit tier runs these modules on x86_64):
 # - the NS_GET_NSTYPE ioctl (ENOSYS), which every netns check uses: kernel::netns and the mode
 #   tests that open /proc/self/ns/net as a pod netns (attach::tests: every mode, the kill
-#   points; kernel::conformance: the scenarios run on the fake kernel);
+#   points; attach::soft_roce::tests: the softRoce step over the same kit; kernel::conformance:
+#   the scenarios run on the fake kernel);
 # - open(2) with O_PATH (qemu drops the flag and opens the char device itself: ENXIO, and ELOOP
 #   on the symlink case): attach::permissions.
-A64_SKIP=(kernel::netns kernel::conformance attach::tests attach::permissions)
+A64_SKIP=(kernel::netns kernel::conformance attach::tests attach::soft_roce::tests attach::permissions)
 cargo_version() { awk -F'"' '/^version = / {print $2; exit}' Cargo.toml; }
 # Both architectures from the one script (install/build.sh --all: aarch64 cross-linked with
 # rust-lld), the aarch64 binary run under qemu-user, and the unit tests through a cargo runner.
