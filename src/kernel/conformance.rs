@@ -427,21 +427,13 @@ pub fn a_rxe_device_goes_with_its_netdev(
 mod tests {
     use std::time::Duration;
 
-    use crate::kernel::fake::{FakeKernel, NsKey, POD};
+    use crate::kernel::fake::{ethernet_link, FakeKernel, NsKey, POD};
     use crate::kernel::rdma_ops::RdmaOps;
     use crate::kernel::rtnetlink::Link;
     use crate::kernel::{Netns, Ns};
 
     fn nic() -> Link {
-        Link {
-            index: 7,
-            name: "ens1f0v0".into(),
-            mtu: 1500,
-            hwaddr: vec![2, 0, 0, 0, 0, 7],
-            up: true,
-            link_type: 1,
-            ..Default::default()
-        }
+        ethernet_link(7, "ens1f0v0")
     }
 
     /// A fake host with the NIC (up, with an address) and a link called `net9` in the pod.

@@ -393,6 +393,20 @@ impl FakeState {
     }
 }
 
+/// An up Ethernet link as a NIC or veth end shows itself to the fake host: MTU 1500 and a
+/// locally administered MAC whose last byte is the ifindex, so tests can find it again by address.
+pub fn ethernet_link(index: u32, name: &str) -> Link {
+    Link {
+        index,
+        name: name.into(),
+        mtu: 1500,
+        hwaddr: vec![2, 0, 0, 0, 0, index as u8],
+        up: true,
+        link_type: 1,
+        ..Default::default()
+    }
+}
+
 /// The netdev seam of the fake host.
 #[derive(Default)]
 pub struct FakeKernel {

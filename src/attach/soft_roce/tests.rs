@@ -6,7 +6,7 @@ use super::*;
 use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, one_address, TestHost, World};
 use crate::cni::Command;
-use crate::kernel::fake::{Call, NsKey, POD};
+use crate::kernel::fake::{ethernet_link, Call, NsKey, POD};
 use crate::kernel::topology::fixtures::{
     CharDevSpec, GidSpec, IbDeviceSpec, IbParentSpec, PortSpec, SysfsFixture,
 };
@@ -24,15 +24,7 @@ fn name() -> String {
 }
 
 fn nic() -> Link {
-    Link {
-        index: 7,
-        name: "vnic".into(),
-        mtu: 1500,
-        hwaddr: vec![2, 0, 0, 0, 0, 7],
-        up: true,
-        link_type: 1,
-        ..Default::default()
-    }
+    ethernet_link(7, "vnic")
 }
 
 /// The shapes the device is made in: move and macvlan mode in shared RDMA netns mode, and move

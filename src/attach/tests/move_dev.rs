@@ -8,22 +8,16 @@ use crate::attach::tests::kill_points;
 use crate::attach::tests::kit::{fail_after, TestHost, World};
 use crate::cni::result::{CniResult, IpConfig, Route};
 use crate::cni::Command;
-use crate::kernel::fake::{Call, NsKey, POD};
+use crate::kernel::fake::{ethernet_link, Call, NsKey, POD};
 use crate::kernel::rtnetlink::Link;
 
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x07];
 
 fn host_nic() -> Link {
     Link {
-        index: 7,
-        name: "ens1f0v0".into(),
-        mtu: 1500,
-        hwaddr: MAC.to_vec(),
-        up: true,
-        link_type: 1,
         parent_dev: Some("0000:3b:00.2".into()),
         parent_bus: Some("pci".into()),
-        ..Default::default()
+        ..ethernet_link(7, "ens1f0v0")
     }
 }
 

@@ -59,6 +59,11 @@ fn add_gid(fx: &SysfsFixture, dev: &str, port: u32, index: u32, gid: &str, t: &s
 
 const POD_V4: &str = "0000:0000:0000:0000:0000:ffff:0a09:0007"; // 10.9.0.7
 
+/// The pod's macvlan child, whose address is `POD_V4`.
+fn pod_macvlan() -> Iface {
+    iface("net1", Some("macvlan"), &["10.9.0.7/24"])
+}
+
 fn kinds(d: &Discovery) -> Vec<ProblemKind> {
     d.problems.iter().map(|p| p.kind).collect()
 }
@@ -83,13 +88,7 @@ fn a_macvlan_child_on_rxe_gets_the_index_of_its_address_in_the_kernels_table() {
     // As on the 6.1 VM: the pod's IPv4 at index 2, not 3.
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
     let dev = dev_dir(&[4]);
-    let d = discover(
-        fx.root(),
-        dev.path(),
-        &[iface("net1", Some("macvlan"), &["10.9.0.7/24"])],
-        &NoView,
-    )
-    .unwrap();
+    let d = discover(fx.root(), dev.path(), &[pod_macvlan()], &NoView).unwrap();
     assert!(d.problems.is_empty(), "{:?}", d.problems);
     let f = &d.interfaces[0];
     assert_eq!(
@@ -201,7 +200,7 @@ fn a_port_that_is_not_active_is_named_and_not_used() {
     let fx = SysfsFixture::all().unwrap();
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
     let dev = dev_dir(&[4]);
-    let ifaces = [iface("net1", Some("macvlan"), &["10.9.0.7/24"])];
+    let ifaces = [pod_macvlan()];
     // Twin: active, usable.
     let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert!(d.interfaces[0].usable());
@@ -245,13 +244,7 @@ fn an_address_without_a_roce_v2_gid_is_a_problem() {
     );
     // Only a v1 entry: named as such.
     add_gid(&fx, "rxe0", 1, 3, POD_V4, "IB/RoCE v1", "net1");
-    let d = discover(
-        fx.root(),
-        dev.path(),
-        &[iface("net1", Some("macvlan"), &["10.9.0.7/24"])],
-        &NoView,
-    )
-    .unwrap();
+    let d = discover(fx.root(), dev.path(), &[pod_macvlan()], &NoView).unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoRoceV2Gid]);
     assert!(
         d.problems[0]
@@ -266,7 +259,7 @@ fn an_address_without_a_roce_v2_gid_is_a_problem() {
 fn a_missing_uverbs_node_is_named_with_the_device_found_for_the_interface() {
     let fx = SysfsFixture::all().unwrap();
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
-    let ifaces = [iface("net1", Some("macvlan"), &["10.9.0.7/24"])];
+    let ifaces = [pod_macvlan()];
     let dev = dev_dir(&[0]);
     let d = discover(fx.root(), dev.path(), &ifaces, &NoView).unwrap();
     assert_eq!(kinds(&d), vec![ProblemKind::NoUverbs]);

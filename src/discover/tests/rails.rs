@@ -93,7 +93,7 @@ fn json_lists_each_rail_with_its_pci_function_and_numa_node() {
     // A virtual device has no PCI function and no NUMA node.
     add_gid(&fx, "rxe0", 1, 2, POD_V4, "RoCE v2", "net1");
     let dev = dev_dir(&[4]);
-    let mv = [iface("net1", Some("macvlan"), &["10.9.0.7/24"])];
+    let mv = [pod_macvlan()];
     let d = discover(fx.root(), dev.path(), &mv, &NoView).unwrap();
     let doc = serde_json::to_value(rails(&d)).unwrap();
     assert_eq!(doc[0]["pciAddress"], serde_json::Value::Null);
