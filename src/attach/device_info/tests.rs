@@ -204,6 +204,17 @@ fn remove_takes_the_temp_file_of_a_killed_write_along() {
     assert!(writing.exists(), "a running write's stays");
 }
 
+/// Writing and removing at `bad` are both code 7, and the message names the field.
+fn assert_refused(bad: &str, info: &DeviceInfo) {
+    let err = write(Path::new(bad), info).unwrap_err();
+    assert_eq!(err.code(), 7, "{bad}: {err}");
+    assert!(
+        err.to_string().contains("runtimeConfig.CNIDeviceInfoFile"),
+        "{err}"
+    );
+    assert_eq!(remove(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
+}
+
 #[test]
 fn bad_paths_are_code_7_and_nothing_is_written() {
     let tmp = TempDir::devinfo("paths");
@@ -211,13 +222,7 @@ fn bad_paths_are_code_7_and_nothing_is_written() {
     let escaping = format!("{}/a/../b", tmp.path().display());
     let trailing = format!("{}/dir/", tmp.path().display());
     for bad in ["relative/file", "file", &escaping, &trailing, "/"] {
-        let err = write(Path::new(bad), &info).unwrap_err();
-        assert_eq!(err.code(), 7, "{bad}: {err}");
-        assert!(
-            err.to_string().contains("runtimeConfig.CNIDeviceInfoFile"),
-            "{err}"
-        );
-        assert_eq!(remove(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
+        assert_refused(bad, &info);
     }
     assert!(!tmp.path().join("a").exists());
     assert!(!tmp.path().join("b").exists());
@@ -238,13 +243,7 @@ fn only_the_devinfo_directory_holds_device_info_files() {
         "/run/k8s.cni.cncf.io/devinfo-x",
         "/var/run/k8s.cni.cncf.io/devinfo/../devinfo2/net1",
     ] {
-        let err = write(Path::new(bad), &info).unwrap_err();
-        assert_eq!(err.code(), 7, "{bad}: {err}");
-        assert!(
-            err.to_string().contains("runtimeConfig.CNIDeviceInfoFile"),
-            "{err}"
-        );
-        assert_eq!(remove(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
+        assert_refused(bad, &info);
         assert_eq!(read(Path::new(bad)).unwrap_err().code(), 7, "{bad}");
     }
     let err = check_path(&elsewhere).unwrap_err();

@@ -739,15 +739,20 @@ fn child_modes_refuse_exclusive_rdma_netns_mode_unless_rdma_is_off() {
     assert_eq!(PluginConf::from_conf(&conf).unwrap_err().code(), 2);
 }
 
+/// A macvlan conf on `master` without RDMA that asks for a device-info file at `file`.
+fn macvlan_with_device_info(master: &str, file: &std::path::Path) -> String {
+    format!(
+        r#""mode":"macvlan","master":"{master}","rdma":"off",
+            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
+        file.display()
+    )
+}
+
 #[test]
 fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
     let tmp = TempDir::devinfo("child");
     let file = tmp.path().join("cni/pod-net1.json");
-    let fields = format!(
-        r#""mode":"macvlan","master":"ens1f0v0","rdma":"off",
-            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
-        file.display()
-    );
+    let fields = macvlan_with_device_info("ens1f0v0", &file);
     let w = on_fixture(mlx5_links(), &fields);
     w.run(Command::Add, POD, None).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
@@ -768,11 +773,7 @@ fn child_modes_write_the_parents_device_info_and_remove_it_on_del() {
         link_type: 1,
         ..Default::default()
     };
-    let fields = format!(
-        r#""mode":"macvlan","master":"v0","rdma":"off",
-            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
-        file.display()
-    );
+    let fields = macvlan_with_device_info("v0", &file);
     let w = on_fixture(vec![v0], &fields);
     w.run(Command::Add, POD, None).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
@@ -808,11 +809,7 @@ fn a_kill_at_any_step_leaves_nothing_after_del_and_gc() {
 fn a_kill_at_any_step_leaves_no_device_info_file() {
     let tmp = TempDir::devinfo("child-kills");
     let file = tmp.path().join("cni/pod-net1.json");
-    let fields = format!(
-        r#""mode":"macvlan","master":"ens1f0v0","rdma":"off",
-            "runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
-        file.display()
-    );
+    let fields = macvlan_with_device_info("ens1f0v0", &file);
     let clean = on_fixture(mlx5_links(), &fields);
     clean.run(Command::Add, POD, None).unwrap();
     assert!(file.exists(), "the probe finds the file an ADD wrote");
