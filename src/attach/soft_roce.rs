@@ -185,9 +185,9 @@ pub fn refuse_where_unsupported(
 }
 
 /// The ib device name of the attachment (network, container, interface): `rxe_` and 11 hex
-/// digits of a hash of the three, the same for every invocation of every binary (FNV-1a, as the
-/// store's bounded file names). UCX holds a device's name in 16 bytes with its NUL
-/// (UCT_MD_NAME_MAX) and does not find a device whose name is longer.
+/// digits of a hash of the three, the same for every invocation of every binary
+/// ([`stable_hash`](crate::attach::store::stable_hash)). UCX holds a device's name in 16 bytes
+/// with its NUL (UCT_MD_NAME_MAX) and does not find a device whose name is longer.
 pub fn device_name(network: &str, container_id: &str, ifname: &str) -> String {
     nth_name(network, container_id, ifname, 0)
 }
@@ -201,12 +201,11 @@ fn nth_name(network: &str, container_id: &str, ifname: &str, nth: u32) -> String
         ifname,
         if nth == "0" { "" } else { &nth },
     ];
-    let hash = parts
-        .iter()
-        .flat_map(|part| part.bytes().chain(std::iter::once(0)))
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let hash = crate::attach::store::stable_hash(
+        parts
+            .iter()
+            .flat_map(|part| part.bytes().chain(std::iter::once(0))),
+    );
     format!("rxe_{:011x}", hash >> 20)
 }
 

@@ -405,21 +405,26 @@ const MAX_FILE_NAME: usize = 240;
 /// all of it. The CNI spec puts no length limit on container IDs, and runtimes send 64-char
 /// ones; a long one would fail every open(2) with ENAMETOOLONG and so every DEL forever.
 /// Names that fit are the ones every earlier version wrote, so their records are still found;
-/// the full ID is inside the record. FNV-1a, because the name must be the same for every
-/// future binary (std's hasher promises no stable output).
+/// the full ID is inside the record.
 fn bounded_file_name(stem: &str, suffix: &str) -> String {
     if stem.len() + suffix.len() <= MAX_FILE_NAME {
         return format!("{stem}{suffix}");
     }
-    let hash = stem.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = stable_hash(stem.bytes());
     let keep = MAX_FILE_NAME - suffix.len() - 17;
     let mut cut = keep;
     while !stem.is_char_boundary(cut) {
         cut -= 1;
     }
     format!("{}~{hash:016x}{suffix}", &stem[..cut])
+}
+
+/// FNV-1a (64 bits) of `bytes`, for names that must be the same for every future binary
+/// (std's hasher promises no stable output): bounded file names here, Soft-RoCE device names.
+pub(crate) fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Whether `name` is one of a temp file of [`write_atomic`] (`.<name>.tmp-<pid>`).
@@ -689,6 +694,12 @@ mod tests {
         );
         // Names that fit keep the form every earlier version wrote.
         assert_eq!(bounded_file_name("abc", ":eth0.json"), "abc:eth0.json");
+        // A bounded name is the same for every binary, so a newer one finds the file.
+        let bounded = bounded_file_name(&"x".repeat(300), ".lock");
+        assert_eq!(
+            bounded,
+            format!("{}~e78ddf9f1ba85555.lock", "x".repeat(218))
+        );
         let lock = store.lock_device(
             &format!("child-n-{}-net1", "x".repeat(300)),
             Duration::from_secs(1),

@@ -339,6 +339,10 @@ fn the_name_is_the_attachments_own_and_fits_the_kernels_bound() {
         device_name("cn", "c1", "net1"),
         "the same every time"
     );
+    // The same for every binary: records hold the name, and a DEL by a newer binary finds the
+    // device by it.
+    assert_eq!(names[0], "rxe_5582107245a");
+    assert_eq!(nth_name("cn", "c1", "net1", 2), "rxe_f150182c581");
     for (i, n) in names.iter().enumerate() {
         // UCX finds no device whose name needs more than its 16 bytes with the NUL.
         assert!(n.len() <= 15 && n.starts_with("rxe_"), "{n}");
