@@ -9,7 +9,7 @@ use crate::attach::Ctx;
 use crate::cni::Request;
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
-use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rdma_ops::{RdmaOps, PORT_ACTIVE};
 use crate::kernel::rtnetlink::Link;
 use crate::kernel::{Netns, Ns};
 
@@ -96,7 +96,7 @@ pub fn check_ib_device(rdma: &dyn RdmaOps, ns: &Netns, rec: &RdmaRecord) -> Resu
     let state = rdma
         .port_state(pod, index, rec.port)
         .kernel_ctx(|| format!("reading port {} of {}", rec.port, rec.ibdev))?;
-    if state != Some(4) {
+    if state != Some(PORT_ACTIVE) {
         return Err(Error::CheckFailed(format!(
             "port {} of ib device {} is not ACTIVE (state {:?}; 4 is ACTIVE): check the cable and \
              the subnet manager / switch",

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::attach::gids::{GidSource, GidView};
+use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::Mode;
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
@@ -30,7 +31,7 @@ use crate::attach::Ctx;
 use crate::cni::NetConf;
 use crate::error::{Error, KernelContext, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rdma_ops::{RdmaOps, PORT_ACTIVE};
 use crate::kernel::rtnetlink::Link;
 use crate::kernel::{KernelError, Netns, Ns};
 
@@ -45,9 +46,6 @@ const PORT: u32 = 1;
 
 /// The UDP port RoCE v2 is carried on (IANA), where rxe receives.
 const ROCE_V2_PORT: u16 = 4791;
-
-/// IB_PORT_ACTIVE.
-const PORT_ACTIVE: u8 = 4;
 
 /// How many names ADD tries when other attachments hold the ones before.
 const NAME_TRIES: u32 = 4;
@@ -152,16 +150,12 @@ pub fn enabled(conf: &NetConf) -> Result<bool> {
 /// run it (an IPoIB child is an InfiniBand netdev, which rxe cannot bind; in chained mode the
 /// previous plugin made the interface and the ib device comes with the VF), and beside
 /// `"rdma": "off"`, which asks for no ib device at all.
-pub fn refuse_where_unsupported(
-    conf: &NetConf,
-    mode: Mode,
-    rdma: crate::attach::ib_device::RdmaConf,
-) -> Result<()> {
+pub fn refuse_where_unsupported(conf: &NetConf, mode: Mode, rdma: RdmaConf) -> Result<()> {
     if !enabled(conf)? {
         return Ok(());
     }
     let why = match mode {
-        Mode::Move | Mode::Macvlan if rdma == crate::attach::ib_device::RdmaConf::Off => {
+        Mode::Move | Mode::Macvlan if rdma == RdmaConf::Off => {
             "rdma \"off\" asks for no ib device and no GIDs, and softRoce gives the pod one: drop \
              one of the two"
                 .to_string()
@@ -255,9 +249,7 @@ fn add_under_a_free_name(pod: &mut PodSide<'_>, rec: &mut SoftRoceRecord) -> Res
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        let clash = refused.is_errno(nix::errno::Errno::EEXIST)
-            || refused.is_errno(nix::errno::Errno::ENFILE);
-        if !clash || nth == NAME_TRIES || !held_by_another(ctx, &pod.att, &rec.ibdev) {
+        if !is_clash(&refused) || nth == NAME_TRIES || !held_by_another(ctx, &pod.att, &rec.ibdev) {
             return Err(add_error(ctx, netns, rec, refused));
         }
         crate::log_info!(
@@ -319,7 +311,7 @@ fn add_error(ctx: &Ctx<'_>, netns: &Netns, rec: &SoftRoceRecord, e: KernelError)
              kernel image), or remove {CONF_KEY}; kernel: {e}"
         ));
     }
-    let clash = e.is_errno(nix::errno::Errno::EEXIST) || e.is_errno(nix::errno::Errno::ENFILE);
+    let clash = is_clash(&e);
     if clash && matches!(locate(ctx.rdma, Some(netns), dev), Ok(Some(_))) {
         return Error::DeviceInUse(format!(
             "{CONF_KEY}: an ib device named {dev} exists already: it is this attachment's name, \
@@ -337,6 +329,12 @@ fn add_error(ctx: &Ctx<'_>, netns: &Netns, rec: &SoftRoceRecord, e: KernelError)
         format!("{CONF_KEY}: adding Soft-RoCE device {dev} on {netdev} from the pod netns"),
         e,
     )
+}
+
+/// A NEWLINK refused for a name or a netdev already taken: EEXIST on Linux 7, ENFILE for a name
+/// on 6.1.
+fn is_clash(e: &KernelError) -> bool {
+    e.is_errno(nix::errno::Errno::EEXIST) || e.is_errno(nix::errno::Errno::ENFILE)
 }
 
 /// The behaviour that tells a kernel whose rxe receives in the pod (Linux 7.1+) from one that

@@ -7,9 +7,10 @@
 //! the target netns when its ib device moves; a Soft-RoCE (rxe) link added from a netns binds
 //! the netdev of that name there, registers in the host, opens its UDP socket in the netdev's
 //! netns (Linux 7.1 and later; the host's before) and goes when its netdev leaves that netns.
-//! The scenarios of `conformance.rs` hold it to the real kernel's behaviour. Every call of either seam is recorded as a typed [`Call`] in one
-//! sequence, so a test can check the order of netdev and ib device operations, and any call
-//! matching a predicate given to [`FakeKernel::fail_when`] fails with its errno.
+//! The scenarios of `conformance.rs` hold it to the real kernel's behaviour. Every call of either
+//! seam is recorded as a typed [`Call`] in one sequence, so a test can check the order of netdev
+//! and ib device operations, and any call matching a predicate given to
+//! [`FakeKernel::fail_when`] fails with its errno.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use std::rc::Rc;
 use ipnetwork::IpNetwork;
 
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rdma_ops::PORT_ACTIVE;
 use crate::kernel::rtnetlink::{
     Ipv4Conf, Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec,
     RuleSpec,
@@ -32,9 +34,6 @@ pub use rdma::FakeRdma;
 
 /// Any real netns file works as the pod for the fake: only its path is used, as a key.
 pub const POD: &str = "/proc/self/ns/net";
-
-/// IB_PORT_ACTIVE, what a healthy port reports.
-const PORT_ACTIVE: u8 = 4;
 
 /// A namespace as the fake tells them apart: the host, or a pod by its netns path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,7 +25,7 @@ pub trait RdmaOps {
     /// netns: a socket acts in the netns it was opened in, and from any other the device is
     /// invisible in exclusive mode).
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()>;
-    /// The IB port state number (4 = ACTIVE) as seen from `ns`.
+    /// The IB port state number ([`PORT_ACTIVE`] when it is up) as seen from `ns`.
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
     /// RDMA_NLDEV_CMD_NEWLINK, sent on a socket opened in `ns`: a software RDMA device `name`
     /// of driver `link_type` (`rxe`) bound to the netdev the kernel finds by the name `netdev`
@@ -37,6 +37,10 @@ pub trait RdmaOps {
     /// Whether a UDP socket is bound to `port` in `ns` (sock_diag, as `ss -uan` asks).
     fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool>;
 }
+
+/// IB_PORT_ACTIVE (ib_verbs.h `enum ib_port_state`), what [`RdmaOps::port_state`] reports for a
+/// port that carries traffic.
+pub const PORT_ACTIVE: u8 = 4;
 
 /// RDMA netlink for real, with one socket per namespace, as [`RealKernel`] keeps them: the
 /// host's is opened on first use in the calling thread's namespace, a pod's by a socket(2)
