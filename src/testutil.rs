@@ -1,6 +1,7 @@
 //! Helpers shared by unit tests.
 
 pub mod fuzz;
+pub mod uapi;
 
 use std::path::{Path, PathBuf};
 
@@ -53,4 +54,14 @@ pub fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// Hex with optional spaces (a capture as strace prints it) → bytes.
+pub fn hex(text: &str) -> Vec<u8> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    assert!(digits.len() % 2 == 0, "odd hex length");
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
+        .collect()
 }

@@ -89,14 +89,8 @@ pub fn udp_port_bound(sock: &mut NlSocket<SockDiag>, port: u16) -> Result<bool, 
 mod tests {
     use super::*;
     use crate::kernel::netlink::{messages, Protocol, ReplyMsg};
-
-    fn hex(text: &str) -> Vec<u8> {
-        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        digits
-            .chunks(2)
-            .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
-            .collect()
-    }
+    use crate::testutil::hex;
+    use crate::testutil::uapi::assert_header_agrees;
 
     // Captured on the 6.18 host with `strace -e trace=sendmsg,recvmsg -e read=all -e
     // write=all ss -uan` (iproute2 6.1.0) in a netns where a Python process had bound UDP
@@ -171,25 +165,13 @@ mod tests {
 
     #[test]
     fn constants_match_the_installed_uapi_headers() {
-        let read =
-            |path: &str| std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let defines = |text: &str, name: &str| -> Option<i64> {
-            text.lines().find_map(|l| {
-                let mut words = l.split_whitespace();
-                (words.next() == Some("#define") && words.next() == Some(name))
-                    .then(|| words.next().and_then(|v| v.parse().ok()))
-                    .flatten()
-            })
-        };
-        let sock_diag = read("/usr/include/linux/sock_diag.h");
-        assert_eq!(
-            defines(&sock_diag, "SOCK_DIAG_BY_FAMILY"),
-            Some(SOCK_DIAG_BY_FAMILY.into())
+        assert_header_agrees(
+            "/usr/include/linux/sock_diag.h",
+            &[("SOCK_DIAG_BY_FAMILY", SOCK_DIAG_BY_FAMILY.into())],
         );
-        let netlink = read("/usr/include/linux/netlink.h");
-        assert_eq!(
-            defines(&netlink, "NETLINK_SOCK_DIAG"),
-            Some(SockDiag::NUMBER as i64)
+        assert_header_agrees(
+            "/usr/include/linux/netlink.h",
+            &[("NETLINK_SOCK_DIAG", SockDiag::NUMBER as i64)],
         );
     }
 }

@@ -439,14 +439,7 @@ pub fn set_ipv4_conf(index: u32, values: &[(Ipv4Setting, u32)]) -> Request {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::testutil::hex;
 
     fn normalized(mut bytes: Vec<u8>) -> Vec<u8> {
         bytes[8..16].fill(0);
