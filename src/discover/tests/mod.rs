@@ -361,10 +361,10 @@ fn the_gid_search_reads_only_what_it_needs() {
     fx.remove("class/infiniband/rxe0/ports/1/gids/9").unwrap();
     fx.write_attr("class/infiniband/rxe0/ports/1/gids/9/x", "")
         .unwrap();
-    let hits = topo.gids_matching("rxe0", 1, &want, true).unwrap();
+    let hits = topo.scan_gids("rxe0", 1, &want, true).unwrap().hits;
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].index, 2);
-    assert!(topo.gids_matching("rxe0", 1, &want, false).is_err());
+    assert!(topo.scan_gids("rxe0", 1, &want, false).is_err());
     assert!(Path::new(fx.path()).exists());
 }
 

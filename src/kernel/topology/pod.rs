@@ -131,18 +131,6 @@ impl RdmaSysfs<'_> {
         self.class_char_devs("class/infiniband_verbs", &[CharDevKind::Uverbs])
     }
 
-    /// The entries of a port's GID table whose GID is one of `wanted`, with type and netdev
-    /// ([`RdmaSysfs::scan_gids`] without what it learns about the rest of the table).
-    pub fn gids_matching(
-        &self,
-        ibdev: &str,
-        port: u32,
-        wanted: &[Ipv6Addr],
-        stop_at_v2: bool,
-    ) -> io::Result<Vec<GidEntry>> {
-        Ok(self.scan_gids(ibdev, port, wanted, stop_at_v2)?.hits)
-    }
-
     /// One pass over a port's GID table: the entries whose GID is one of `wanted`, with type
     /// and netdev, and the first RoCE v2 entry of each address family, whatever its netdev
     /// ([`FirstRoceV2`]: what NCCL and UCX select when no GID index is given).
