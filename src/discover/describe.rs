@@ -100,12 +100,7 @@ fn roce_gids(
         Some(s) => s,
         None => {
             let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-            scope
-                .topo
-                .scan_gids(dev, port, &wanted, true)
-                .map_err(DiscoverError::sysfs(format!(
-                    "reading the GID table of {dev} port {port}"
-                )))?
+            scope.scan_gids(dev, port, &wanted, true)?
         }
     };
     let gids: Vec<AddrGid> = ips

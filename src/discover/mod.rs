@@ -55,7 +55,8 @@ use serde::Serialize;
 
 use crate::kernel::rtnetlink::{Link, NetOps, RealKernel};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::{CharDev, GidEntry, RdmaSysfs};
+use crate::kernel::topology::pod::GidScan;
+use crate::kernel::topology::{CharDev, GidEntry, IbPortRef, PortState, RdmaSysfs};
 use crate::kernel::{KernelError, Netns, Ns};
 
 /// ARPHRD_ETHER and ARPHRD_INFINIBAND (linux/if_arp.h).
@@ -365,13 +366,7 @@ impl Scope<'_> {
                 .filter(|d| self.uverbs_node(d).is_some())
             {
                 for port in self.port_indexes(dev)? {
-                    let netdev = self
-                        .topo
-                        .gid_ndev(dev, port, 0)
-                        .map_err(DiscoverError::sysfs(format!(
-                            "reading GID 0 of {dev} port {port}"
-                        )))?;
-                    read.push(((dev.clone(), port), netdev));
+                    read.push(((dev.clone(), port), self.gid0_netdev(dev, port)?));
                 }
             }
             let _ = self.visible_default_gids.set(read);
@@ -384,6 +379,47 @@ impl Scope<'_> {
         self.topo
             .port_indexes(dev)
             .map_err(DiscoverError::sysfs(format!("reading the ports of {dev}")))
+    }
+
+    /// A port's link layer and state; None when the port has none.
+    fn port_state(&self, dev: &str, port: u32) -> Result<Option<PortState>, DiscoverError> {
+        self.topo
+            .port_state(dev, port)
+            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))
+    }
+
+    /// The ports of the ib devices under `netdev`'s own parent device (a PCI function, an SF).
+    fn ports_under_netdev_device(&self, netdev: &str) -> Result<Vec<IbPortRef>, DiscoverError> {
+        self.topo
+            .ib_ports_under_netdev_device(netdev)
+            .map_err(DiscoverError::sysfs(format!(
+                "reading the ib devices of {netdev}"
+            )))
+    }
+
+    /// One pass over a port's GID table ([`RdmaSysfs::scan_gids`]).
+    fn scan_gids(
+        &self,
+        dev: &str,
+        port: u32,
+        wanted: &[Ipv6Addr],
+        stop_at_v2: bool,
+    ) -> Result<GidScan, DiscoverError> {
+        self.topo
+            .scan_gids(dev, port, wanted, stop_at_v2)
+            .map_err(DiscoverError::sysfs(format!(
+                "reading the GID table of {dev} port {port}"
+            )))
+    }
+
+    /// The netdev GID entry 0 names: a RoCE port's own netdev (its default GID); none on
+    /// InfiniBand.
+    fn gid0_netdev(&self, dev: &str, port: u32) -> Result<Option<String>, DiscoverError> {
+        self.topo
+            .gid_ndev(dev, port, 0)
+            .map_err(DiscoverError::sysfs(format!(
+                "reading GID 0 of {dev} port {port}"
+            )))
     }
 
     /// GID 0 of a port: an InfiniBand port's GID, a RoCE port's netdev's default GID.
@@ -428,10 +464,7 @@ pub fn discover(
     let mut out = Discovery::default();
     for tie in ports {
         let (dev, port) = (&tie.dev, tie.port);
-        let Some(brief) = topo
-            .port_state(dev, port)
-            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?
-        else {
+        let Some(brief) = scope.port_state(dev, port)? else {
             continue;
         };
         let finding = describe::describe(&scope, &brief, tie)?;

@@ -43,13 +43,7 @@ pub(super) fn tie_to_own_ports<'i>(
     let mut ports: Vec<Tie> = Vec::new();
     let mut uppers: Vec<&Iface> = Vec::new();
     for iface in ifaces {
-        let own = scope
-            .topo
-            .ib_ports_under_netdev_device(&iface.name)
-            .map_err(DiscoverError::sysfs(format!(
-                "reading the ib devices of {}",
-                iface.name
-            )))?;
+        let own = scope.ports_under_netdev_device(&iface.name)?;
         if !own.is_empty() {
             ports.extend(
                 own.into_iter()
@@ -129,10 +123,7 @@ pub(super) fn ports_with_link_layer(
 ) -> Result<Vec<u32>, DiscoverError> {
     let mut matching = Vec::new();
     for port in scope.port_indexes(dev)? {
-        let brief = scope
-            .topo
-            .port_state(dev, port)
-            .map_err(DiscoverError::sysfs(format!("reading {dev} port {port}")))?;
+        let brief = scope.port_state(dev, port)?;
         if brief.is_some_and(|b| b.link_layer == layer) {
             matching.push(port);
         }

@@ -88,7 +88,7 @@ fn through_lower_device<'i>(
     let wanted: Vec<Ipv6Addr> = iface.roce_ips().into_iter().map(gid_of_ip).collect();
     let mut last = None;
     for (dev, port) in &candidates.ports {
-        let scan = read_table(scope, dev, *port, &wanted, true)?;
+        let scan = scope.scan_gids(dev, *port, &wanted, true)?;
         if holds_an_address_of(&scan, iface) {
             let mut tie = Tie::new(iface, dev.clone(), *port, Via::GidTable);
             tie.scan = Some(scan);
@@ -115,13 +115,7 @@ fn lower_ports(
 ) -> Result<LowerPorts, DiscoverError> {
     if iface.lower_netnsid.is_none() {
         // A VLAN of a netdev moved into this netns: its own `device` is visible here.
-        let own = scope
-            .topo
-            .ib_ports_under_netdev_device(&lower.name)
-            .map_err(DiscoverError::sysfs(format!(
-                "reading the ib devices of {}",
-                lower.name
-            )))?;
+        let own = scope.ports_under_netdev_device(&lower.name)?;
         if !own.is_empty() {
             return Ok(LowerPorts {
                 ports: own.into_iter().map(|r| (r.ibdev, r.port)).collect(),
@@ -189,32 +183,11 @@ fn ports_whose_default_gid_names(
 ) -> Result<Vec<(String, u32)>, DiscoverError> {
     let mut out = Vec::new();
     for (dev, port) in ports {
-        let ndev = scope
-            .topo
-            .gid_ndev(dev, *port, 0)
-            .map_err(DiscoverError::sysfs(format!(
-                "reading GID 0 of {dev} port {port}"
-            )))?;
-        if ndev.as_deref() == Some(netdev) {
+        if scope.gid0_netdev(dev, *port)?.as_deref() == Some(netdev) {
             out.push((dev.clone(), *port));
         }
     }
     Ok(out)
-}
-
-fn read_table(
-    scope: &Scope<'_>,
-    dev: &str,
-    port: u32,
-    wanted: &[Ipv6Addr],
-    stop_at_v2: bool,
-) -> Result<GidScan, DiscoverError> {
-    scope
-        .topo
-        .scan_gids(dev, port, wanted, stop_at_v2)
-        .map_err(DiscoverError::sysfs(format!(
-            "reading the GID table of {dev} port {port}"
-        )))
 }
 
 /// Whether the table holds one of the interface's addresses under its name.
@@ -242,7 +215,7 @@ fn search_gid_tables<'i>(
         .collect();
     for dev in devices {
         for port in ports_with_link_layer(scope, dev, LinkLayer::Ethernet)? {
-            let scan = read_table(scope, dev, port, &wanted, false)?;
+            let scan = scope.scan_gids(dev, port, &wanted, false)?;
             for iface in uppers {
                 if !placed.iter().any(|t| t.iface.name == iface.name)
                     && holds_an_address_of(&scan, iface)
