@@ -48,23 +48,14 @@ fn setup(mode: &str, rail: bool) -> Setup {
     let veth = Veth::new();
     let ns = TestNetns::new();
     let data = DataDir::new();
-    let leases = data.path().join("leases");
-    std::fs::create_dir_all(&leases).unwrap();
     let mut conf = json!({"cniVersion": "1.1.0", "name": "crash", "type": "rdma-ns", "mode": mode,
         "dataDir": data.state(), "logLevel": "debug",
-        "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.96.0.5/24"}],
-                 "leaseDir": leases}});
+        "ipam": test_ipam("10.96.0.5/24", &data)});
     if rail {
         conf["rail"] = json!(true);
         conf["ipam"]["routes"] = json!([{"dst": "10.200.0.0/16", "gw": "10.96.0.1"}]);
     }
-    match mode {
-        "move" => conf["device"] = json!(veth.nic),
-        _ => {
-            conf["master"] = json!(veth.nic);
-            sh(&["ip", "link", "set", &veth.nic, "up"]);
-        }
-    }
+    set_parent(&mut conf, mode, &veth.nic);
     let before = host_view(&veth.nic);
     Setup {
         veth,
@@ -81,9 +72,7 @@ impl Setup {
     }
 
     fn lease_count(&self) -> usize {
-        std::fs::read_dir(self.data.path().join("leases"))
-            .unwrap()
-            .count()
+        test_ipam_leases(&self.data)
     }
 
     /// DEL twice, GC, then nothing may be left.

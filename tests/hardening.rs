@@ -210,13 +210,13 @@ fn running(proc_dir: &str) -> bool {
     })
 }
 
-/// A move-mode ADD whose IPAM plugin writes its lease to `lease_dir` and its pid to `pid_file`.
+/// A move-mode ADD whose IPAM plugin writes its lease under the data dir ([`test_ipam`]) and its
+/// pid to `pid_file`.
 struct KilledAdd {
     veth: Veth,
     ns: TestNetns,
     data: DataDir,
     before: HostView,
-    lease_dir: std::path::PathBuf,
     pid_file: std::path::PathBuf,
     conf: serde_json::Value,
 }
@@ -227,18 +227,15 @@ impl KilledAdd {
         let ns = TestNetns::new();
         let data = DataDir::new();
         let before = host_view(&veth.nic);
-        let lease_dir = data.path().join("leases");
-        std::fs::create_dir_all(&lease_dir).unwrap();
         let pid_file = data.path().join("ipam.pid");
         let mut conf = move_conf("1.1.0", name, &veth.nic, &data);
-        conf["ipam"] = json!({"type": "cni-test-ipam", "addresses": [{"address": "10.95.0.5/24"}],
-            "leaseDir": lease_dir, "pidFile": pid_file});
+        conf["ipam"] = test_ipam("10.95.0.5/24", &data);
+        conf["ipam"]["pidFile"] = json!(pid_file);
         KilledAdd {
             veth,
             ns,
             data,
             before,
-            lease_dir,
             pid_file,
             conf,
         }
@@ -249,7 +246,7 @@ impl KilledAdd {
     }
 
     fn leases(&self) -> usize {
-        std::fs::read_dir(&self.lease_dir).unwrap().count()
+        test_ipam_leases(&self.data)
     }
 
     /// The probe: a completed ADD leaves exactly its lease, and DEL removes it.

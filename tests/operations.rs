@@ -33,16 +33,10 @@ fn listed(data: &DataDir) -> Vec<Value> {
         .clone()
 }
 
-fn leases(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir).unwrap().count()
-}
-
 #[test]
 fn reconcile_releases_orphans_and_leaves_live_attachments() {
     let data = DataDir::new();
-    let lease_dir = data.path().join("leases");
-    std::fs::create_dir_all(&lease_dir).unwrap();
-    let ipam = |addr: &str| json!({"type": "cni-test-ipam", "addresses": [{"address": addr}], "leaseDir": lease_dir});
+    let ipam = |addr: &str| test_ipam(addr, &data);
     let gone_veth = Veth::new();
     let gone_ns = TestNetns::new();
     let mut moved = move_conf("1.1.0", "opsmove", &gone_veth.nic, &data);
@@ -79,7 +73,7 @@ fn reconcile_releases_orphans_and_leaves_live_attachments() {
         row("live1")["device"],
         format!("macvlan on {}", live_veth.nic)
     );
-    assert_eq!(leases(&lease_dir), 2);
+    assert_eq!(test_ipam_leases(&data), 2);
     let (code, table, _) = cli(&["list", "--data-dir", &data.state()]);
     assert_eq!(code, 0);
     assert!(
@@ -97,7 +91,7 @@ fn reconcile_releases_orphans_and_leaves_live_attachments() {
     assert!(out.contains("would release orphan1:net1"), "{out}");
     assert!(!out.contains("live1"), "{out}");
     assert_eq!(data.records().len(), 2, "a dry run changes nothing");
-    assert_eq!(leases(&lease_dir), 2);
+    assert_eq!(test_ipam_leases(&data), 2);
 
     let (code, out, err) = cli(&["reconcile", "--data-dir", &data.state()]);
     assert_eq!(code, 0, "{out}{err}");
@@ -105,7 +99,7 @@ fn reconcile_releases_orphans_and_leaves_live_attachments() {
     let rows = listed(&data);
     assert_eq!(rows.len(), 1, "only the live attachment is left: {rows:?}");
     assert_eq!(rows[0]["containerId"], "live1");
-    assert_eq!(leases(&lease_dir), 1, "the orphan's lease is released");
+    assert_eq!(test_ipam_leases(&data), 1, "the orphan's lease is released");
     assert!(
         live_ns.link("net1").is_some(),
         "the live pod keeps its interface"
@@ -117,7 +111,7 @@ fn reconcile_releases_orphans_and_leaves_live_attachments() {
     Call::new("DEL", "live1", &live_ns.path(), "net1")
         .run(&child)
         .ok();
-    assert_eq!(leases(&lease_dir), 0);
+    assert_eq!(test_ipam_leases(&data), 0);
 }
 
 #[test]
@@ -225,12 +219,9 @@ fn no_file_outlives_its_attachment() {
     let veth = Veth::new();
     sh(&["ip", "link", "set", &veth.nic, "up"]);
     let ns = TestNetns::new();
-    let lease_dir = data.path().join("leases");
-    std::fs::create_dir_all(&lease_dir).unwrap();
     let conf = json!({"cniVersion": "1.1.0", "name": "opsfiles", "type": "rdma-ns",
         "mode": "macvlan", "master": veth.nic, "dataDir": data.state(), "lockTimeoutMs": 200,
-        "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.99.0.5/24"}],
-                 "leaseDir": lease_dir}});
+        "ipam": test_ipam("10.99.0.5/24", &data)});
     let files = AttachmentFiles {
         data: &data,
         network: "opsfiles",
@@ -310,5 +301,5 @@ fn no_file_outlives_its_attachment() {
     drop(holders);
     cli(&["list", "--data-dir", &data.state()]);
     all_gone(&left, "list once they were free");
-    assert_eq!(leases(&lease_dir), 0);
+    assert_eq!(test_ipam_leases(&data), 0);
 }

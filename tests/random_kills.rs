@@ -52,13 +52,7 @@ fn bench(mode: &'static str, subnet: &str) -> Bench {
         "mode": mode, "dataDir": data.state(),
         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
                  "dataDir": data.path().join("host-local")}});
-    match mode {
-        "move" => conf["device"] = json!(veth.nic),
-        _ => {
-            conf["master"] = json!(veth.nic);
-            sh(&["ip", "link", "set", &veth.nic, "up"]);
-        }
-    }
+    set_parent(&mut conf, mode, &veth.nic);
     let before = host_view(&veth.nic);
     Bench {
         mode,

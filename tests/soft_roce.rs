@@ -16,32 +16,17 @@ use rdma_ns::kernel::{Netns, Ns};
 use serde_json::{json, Value};
 
 fn conf(mode: &str, nic: &str, data: &DataDir, soft_roce: bool) -> Value {
-    let leases = data.path().join("leases");
-    std::fs::create_dir_all(&leases).unwrap();
     let mut conf = json!({"cniVersion": "1.1.0", "name": "softroce", "type": "rdma-ns",
         "mode": mode, "dataDir": data.state(), "softRoce": soft_roce,
-        "ipam": {"type": "cni-test-ipam", "addresses": [{"address": "10.97.0.5/24"}],
-                 "leaseDir": leases}});
-    match mode {
-        "move" => conf["device"] = json!(nic),
-        _ => {
-            conf["master"] = json!(nic);
-            sh(&["ip", "link", "set", nic, "up"]);
-        }
-    }
+        "ipam": test_ipam("10.97.0.5/24", data)});
+    set_parent(&mut conf, mode, nic);
     conf
-}
-
-fn lease_count(data: &DataDir) -> usize {
-    std::fs::read_dir(data.path().join("leases"))
-        .unwrap()
-        .count()
 }
 
 #[test]
 fn soft_roce_is_refused_on_a_kernel_without_rdma_and_leaves_nothing() {
     for mode in ["move", "macvlan"] {
-        let (veth, ns, data) = (Veth::new(), TestNetns::new(), DataDir::new());
+        let (ns, veth, data) = veth_pod();
         let with = conf(mode, &veth.nic, &data, true);
         let before = host_view(&veth.nic);
         let msg = Call::new("ADD", "sr1", &ns.path(), "net1")
@@ -51,9 +36,9 @@ fn soft_roce_is_refused_on_a_kernel_without_rdma_and_leaves_nothing() {
             assert!(msg.contains(word), "{mode}: {word:?} not in {msg}");
         }
         back_in_host(&veth.nic, &before).unwrap_or_else(|e| panic!("{mode}: {e}"));
-        child_gone(&ns, "net1", &veth.nic).unwrap_or_else(|e| panic!("{mode}: {e}"));
-        assert_eq!(lease_count(&data), 0, "{mode}: the lease was released");
-        assert!(data.records().is_empty(), "{mode}: no record");
+        child_and_record_gone(&ns, "net1", &veth.nic, &data)
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(test_ipam_leases(&data), 0, "{mode}: the lease was released");
 
         // The presence twin: without softRoce the same ADD attaches, and the same probes see
         // the pod interface, the lease and the record.
@@ -62,7 +47,7 @@ fn soft_roce_is_refused_on_a_kernel_without_rdma_and_leaves_nothing() {
             .run(&without)
             .ok();
         assert!(ns.link("net1").is_some(), "{mode}: the pod interface");
-        assert_eq!(lease_count(&data), 1, "{mode}: the lease");
+        assert_eq!(test_ipam_leases(&data), 1, "{mode}: the lease");
         assert_eq!(data.records().len(), 1, "{mode}: the record");
         Call::new("DEL", "sr1", &ns.path(), "net1")
             .run(&without)

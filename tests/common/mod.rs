@@ -400,6 +400,34 @@ pub fn static_ipam(address: &str) -> Value {
     serde_json::json!({"type": "static", "addresses": [{"address": address}]})
 }
 
+/// cni-test-ipam handing out `address`, with one lease file per allocation under `data`
+/// ([`test_ipam_leases`] counts them), so a test sees whether DEL released it.
+pub fn test_ipam(address: &str, data: &DataDir) -> Value {
+    let leases = data.path().join("leases");
+    std::fs::create_dir_all(&leases).unwrap();
+    serde_json::json!({"type": "cni-test-ipam", "addresses": [{"address": address}],
+        "leaseDir": leases})
+}
+
+/// How many leases the [`test_ipam`] of `data` holds.
+pub fn test_ipam_leases(data: &DataDir) -> usize {
+    std::fs::read_dir(data.path().join("leases"))
+        .unwrap()
+        .count()
+}
+
+/// The mode's parent in `conf`: move mode's `device`, a child mode's `master`, which is set up
+/// first (a child of a down parent has no carrier).
+pub fn set_parent(conf: &mut Value, mode: &str, nic: &str) {
+    match mode {
+        "move" => conf["device"] = serde_json::json!(nic),
+        _ => {
+            conf["master"] = serde_json::json!(nic);
+            sh(&["ip", "link", "set", nic, "up"]);
+        }
+    }
+}
+
 /// A fixture sysfs root whose PCI/aux devices point at real host netdevs, so that selection by
 /// `pciBusID`/`deviceID`/`kernelpath` resolves to veths the test can really move.
 pub struct FixtureSys {
