@@ -31,7 +31,7 @@ use crate::attach::Ctx;
 use crate::cni::NetConf;
 use crate::error::{Error, KernelContext, Result};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::rdma_ops::{RdmaOps, PORT_ACTIVE};
+use crate::kernel::rdma_ops::{RdmaOps, PORT_ACTIVE, ROCE_V2_PORT};
 use crate::kernel::rtnetlink::Link;
 use crate::kernel::{KernelError, Netns, Ns};
 
@@ -43,9 +43,6 @@ const LINK_TYPE: &str = "rxe";
 
 /// rxe devices have one port.
 const PORT: u32 = 1;
-
-/// The UDP port RoCE v2 is carried on (IANA), where rxe receives.
-const ROCE_V2_PORT: u16 = 4791;
 
 /// How many names ADD tries when other attachments hold the ones before.
 const NAME_TRIES: u32 = 4;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 
-use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rdma_ops::{RdmaOps, ROCE_V2_PORT};
 use crate::kernel::rtnetlink::{
     Ipv4Setting, Link, LinkChange, LinkKind, MacvlanMode, NetOps, NewLink, RouteSpec, RuleSpec,
 };
@@ -325,9 +325,6 @@ pub fn ipv4_conf_is_the_links_until_it_moves(
     }
     Ok(())
 }
-
-/// The UDP port Soft-RoCE receives RoCE v2 on.
-const ROCE_V2_PORT: u16 = 4791;
 
 fn device_index(rdma: &dyn RdmaOps, ns: Ns<'_>, name: &str) -> Result<Option<u32>, String> {
     rdma.device_index(ns, name).map_err(|e| e.to_string())

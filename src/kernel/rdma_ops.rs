@@ -42,6 +42,9 @@ pub trait RdmaOps {
 /// port that carries traffic.
 pub const PORT_ACTIVE: u8 = 4;
 
+/// The UDP port RoCE v2 is carried on (IANA), where Soft-RoCE (rdma_rxe) receives.
+pub const ROCE_V2_PORT: u16 = 4791;
+
 /// RDMA netlink for real, with one socket per namespace, as [`RealKernel`] keeps them: the
 /// host's is opened on first use in the calling thread's namespace, a pod's by a socket(2)
 /// with the thread briefly inside the pod's namespace ([`Netns::run_in`]). An open socket

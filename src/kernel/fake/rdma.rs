@@ -6,11 +6,8 @@ use std::rc::Rc;
 
 use super::{Call, FakeRxe, FakeState, NsKey};
 use crate::kernel::nldev::NetnsMode;
-use crate::kernel::rdma_ops::RdmaOps;
+use crate::kernel::rdma_ops::{RdmaOps, ROCE_V2_PORT};
 use crate::kernel::{KResult, KernelError, Ns};
-
-/// The UDP port Soft-RoCE receives RoCE v2 on.
-const ROCE_V2_PORT: u16 = 4791;
 
 /// The RDMA seam of the fake host (see [`FakeKernel::rdma`]).
 pub struct FakeRdma {
