@@ -7,8 +7,7 @@ use crate::attach::modes::ipoib::{plan_ipoib, IpoibConf, IpoibModeConf, IPOIB_CM
 use crate::attach::modes::macvlan::plan_macvlan;
 use crate::attach::modes::ModeConf;
 use crate::attach::tests::kill_points;
-use crate::attach::tests::kit::{fail_after, TestHost, World};
-use crate::cni::result::{CniResult, IpConfig};
+use crate::attach::tests::kit::{fail_after, one_address, TestHost, World};
 use crate::cni::{Command, NetConf};
 use crate::kernel::fake::{Call, NsKey, POD};
 use crate::kernel::nldev::NetnsMode;
@@ -186,23 +185,12 @@ fn macvlan_needs_an_ethernet_parent_and_an_mtu_not_above_it() {
     assert!(e.to_string().contains("ipoib"), "{e}");
 }
 
-fn ipam_result() -> CniResult {
-    CniResult {
-        ips: vec![IpConfig {
-            address: "10.9.0.5/24".parse().unwrap(),
-            gateway: None,
-            interface: None,
-        }],
-        ..Default::default()
-    }
-}
-
 /// Host links and the conf's fields (`fields` names the parent itself, if at all).
 fn host(links: Vec<Link>, fields: &str) -> TestHost {
     TestHost::new("cn", "c1")
         .links(links)
         .fields(fields)
-        .ipam(ipam_result())
+        .ipam(one_address("10.9.0.5/24"))
 }
 
 /// `parent` alone in the host, named as the conf's master.
