@@ -202,12 +202,10 @@ resolve_kernel() {
         ;;
     7)
         # The VM must see the unpacked tree: its modules are linked into the guest's /lib/modules.
-        case $VM_CACHE/ in
-        /var/tmp/* | /var/log/* | /var/cache/* | /run/* | /var/lib/apt/* | /var/lib/private/*)
+        visible_in_vm "$VM_CACHE" || {
             say "kernel 7: RDMA_NS_VM_CACHE $VM_CACHE is not visible inside the VM (a fresh tmpfs there): choose another"
             return 1
-            ;;
-        esac
+        }
         KIMG=$(bash "$here/fetch-kernel.sh" "$VM_CACHE") || {
             say "kernel 7: could not fetch the newest trixie-backports kernel (above: what failed); the tier needs it"
             return 1
@@ -215,6 +213,13 @@ resolve_kernel() {
         KREL=$(image_release "$KIMG") || { say "kernel 7: $KIMG names no kernel version (file -bL)"; return 1; }
         ;;
     *) die "unknown kernel $1" ;;
+    esac
+}
+# Whether path $1 is the host's inside the VM: there / is the host's root read-only over 9p, but
+# these directories are fresh tmpfs.
+visible_in_vm() {
+    case $1/ in
+    /var/tmp/* | /var/log/* | /var/cache/* | /run/* | /var/lib/apt/* | /var/lib/private/*) return 1 ;;
     esac
 }
 # The release a kernel image says it is (what `uname -r` will print), as vng reads it too.
@@ -307,17 +312,14 @@ main() {
     check_prerequisites
     command -v cargo >/dev/null || die "cargo not found: the VM tier needs a Rust toolchain"
 
-    # Build output must be visible in the VM: there / is the host's root read-only over 9p,
-    # but /var/tmp, /var/log, /var/cache and /run are fresh tmpfs.
+    # Build output must be visible in the VM.
     local tdir
     tdir=$(target_dir)
-    case $tdir/ in
-    /var/tmp/* | /var/log/* | /var/cache/* | /run/* | /var/lib/apt/* | /var/lib/private/*)
+    if ! visible_in_vm "$tdir"; then
         say "CARGO_TARGET_DIR $tdir is not visible inside the VM; building in $repo/target"
         export CARGO_TARGET_DIR=$repo/target
         tdir=$repo/target
-        ;;
-    esac
+    fi
 
     local results=$tdir/vm-results
     mkdir -p "$tdir"
