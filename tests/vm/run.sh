@@ -296,13 +296,19 @@ main() {
         selected=("${CASE_NAMES[@]}")
     fi
     ((${#selected[@]})) || die "no cases in $manifest"
-    # The kernels to boot: those asked for (all by default) that a selected case runs on.
-    local boot=()
+    # The kernels to boot: those asked for (all by default) that a selected case runs on, and
+    # the selected cases each runs (on_kernel[K], space-separated).
+    local boot=() cases=()
+    local -A on_kernel=()
     for k in "${KERNELS[@]}"; do
         ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $k "* ]] || continue
+        cases=()
         for name in "${selected[@]}"; do
-            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && boot+=("$k") && break
+            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && cases+=("$name")
         done
+        ((${#cases[@]})) || continue
+        boot+=("$k")
+        on_kernel[$k]=${cases[*]}
     done
     ((${#boot[@]})) || die "none of the cases ${selected[*]} runs on kernel ${only[*]} (see --list)"
 
@@ -332,12 +338,8 @@ main() {
     say "times (host wall clock): build $(elapsed "$t0" "$(now)") s"
 
     TOTAL_PASSED=0 TOTAL_FAILED=0
-    local cases=()
     for k in "${boot[@]}"; do
-        cases=()
-        for name in "${selected[@]}"; do
-            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && cases+=("$name")
-        done
+        read -r -a cases <<<"${on_kernel[$k]}"
         run_kernel "$k" "$results/$k" "${cases[@]}"
     done
     echo
