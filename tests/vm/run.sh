@@ -297,20 +297,24 @@ main() {
     fi
     ((${#selected[@]})) || die "no cases in $manifest"
     # The kernels to boot: those asked for (all by default) that a selected case runs on, and
-    # the selected cases each runs (on_kernel[K], space-separated).
-    local boot=() cases=()
-    local -A on_kernel=()
+    # the selected cases each runs (on_kernel[K], space-separated); only the cases of a kernel
+    # booted now are built (running, in manifest order).
+    local boot=() cases=() running=()
+    local -A on_kernel=() runs=()
     for k in "${KERNELS[@]}"; do
         ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $k "* ]] || continue
         cases=()
         for name in "${selected[@]}"; do
-            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && cases+=("$name")
+            [[ " ${CASE_KERNELS[$name]} " == *" $k "* ]] && cases+=("$name") && runs[$name]=1
         done
         ((${#cases[@]})) || continue
         boot+=("$k")
         on_kernel[$k]=${cases[*]}
     done
     ((${#boot[@]})) || die "none of the cases ${selected[*]} runs on kernel ${only[*]} (see --list)"
+    for name in "${selected[@]}"; do
+        [[ -z ${runs[$name]:-} ]] || running+=("$name")
+    done
 
     local t0
     t0=$(now)
@@ -334,7 +338,7 @@ main() {
     # Only the kernels booted now lose their old results (tests/run.sh runs one kernel a tier).
     mkdir -p "$results"
     for k in "${boot[@]}"; do rm -rf "${results:?}/$k"; done
-    build "$results" "${selected[@]}"
+    build "$results" "${running[@]}"
     say "times (host wall clock): build $(elapsed "$t0" "$(now)") s"
 
     TOTAL_PASSED=0 TOTAL_FAILED=0
