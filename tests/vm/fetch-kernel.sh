@@ -118,14 +118,19 @@ main() {
     local kver=${abi%%[-+]*}
     [[ $(printf '%s\n%s\n' "$MIN_VERSION" "$kver" | sort -V | head -n1) == "$MIN_VERSION" ]] ||
         die "$SUITE's newest kernel is $kver, older than $MIN_VERSION (rxe has no per-netns socket before it)"
-    local pkgs=() p
+    local pkgs=() p image_depends
+    image_depends=$(depends_of "$image" || true)
     for p in linux-binary linux-base linux-modules; do
-        depends_of "$image" | grep -qx "$p-$abi" || die "$image does not depend on $p-$abi: the package split changed"
+        grep -qx "$p-$abi" <<<"$image_depends" || die "$image does not depend on $p-$abi: the package split changed"
         pkgs+=("$p-$abi")
     done
-    local versions=() version
+    # One apt-cache show for the three: it prints their stanzas, each opened by its Package: line,
+    # and exits 0 even when some name has none, hence the check of each version.
+    local shown versions=() version
+    shown=$(apt-cache "${APT_OPTS[@]}" show --no-all-versions "${pkgs[@]}")
     for p in "${pkgs[@]}"; do
-        version=$(apt-cache "${APT_OPTS[@]}" show --no-all-versions "$p" | awk '$1 == "Version:" { print $2; exit }')
+        version=$(awk -v p="$p" '$1 == "Package:" { ours = $2 == p } ours && $1 == "Version:" { print $2; exit }' <<<"$shown")
+        [[ -n $version ]] || die "apt-cache show names no version of $p in $SUITE's index"
         versions+=("$p=$version")
     done
     local stamp="${versions[*]}"
