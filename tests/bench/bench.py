@@ -21,6 +21,7 @@ import time
 import env_bench
 import node_bench
 import softroce_bench
+from node_bench import verdict
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RDMA_NS = os.path.join(REPO, "target", "release", "rdma-ns")  # --plugin overrides
@@ -759,11 +760,6 @@ def true_rss():
     for line in p.stderr.decode().splitlines():
         if "Maximum resident set size" in line:
             return int(line.split(":")[1])
-
-
-def verdict(ok):
-    return "ok" if ok else "MISS"
-
 
 
 def main():

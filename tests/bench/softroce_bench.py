@@ -17,13 +17,11 @@ import re
 import statistics
 import subprocess
 
+from node_bench import verdict
+
 CASE = "softroce-bench"
 BW_TARGET = 0.9
 LINE = re.compile(r"^SRBENCH mtu=(\d+) kind=(host|pod) run=(\d+) bw_mbps=([\d.]+) lat_us=([\d.]+)$")
-
-
-def verdict(ok):
-    return "ok" if ok else "MISS"
 
 
 def boot(repo, failures):
