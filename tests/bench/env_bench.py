@@ -169,6 +169,13 @@ def make_pod(tag, code, links):
     return ns, hosts
 
 
+def delete_pod(ns, hosts):
+    """Deletes what make_pod made: its host links, then its netns."""
+    for h in hosts:
+        subprocess.run(["ip", "link", "del", h], capture_output=True)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def setns(libc, ns):
     fd = os.open("/run/netns/" + ns, os.O_RDONLY)
     try:
@@ -298,9 +305,7 @@ def measure(binary, tag, name, bare, runs, failures):
         return ([int(t) for t in lines[1].split(",")], [int(t) for t in lines[2].split(",")],
                 None if rss == "None" else int(rss), int(bare_opens), int(opens))
     finally:
-        for h in hosts:
-            subprocess.run(["ip", "link", "del", h], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        delete_pod(ns, hosts)
 
 
 def run(binary, tag, runs, out, failures, csv_path):
@@ -314,9 +319,7 @@ def run(binary, tag, runs, out, failures, csv_path):
             if got is not None:
                 rows.append((name,) + got)
     finally:
-        for h in hosts:
-            subprocess.run(["ip", "link", "del", h], capture_output=True)
-        subprocess.run(["ip", "netns", "del", bare], capture_output=True)
+        delete_pod(bare, hosts)
     with open(csv_path, "w") as f:
         f.write("shape,run,env_ns,true_ns\n")
         for name, times, true_times, *_ in rows:
