@@ -119,23 +119,19 @@ sysfs_gid() { # dev ip
     fail "no GID for $2 on $1"
 }
 
-listening() { # netns or "" for the host
-    local i
-    for i in $(seq 1 300); do
-        if [[ -n $1 ]]; then
-            ip netns exec "$1" ss -Htln "sport = :$PERFTEST_PORT" | grep -q . && return 0
-        else
-            ss -Htln "sport = :$PERFTEST_PORT" | grep -q . && return 0
-        fi
-        sleep 0.1
-    done
-    fail "perftest server never listened"
-}
-
 in_ns() { # netns-or-empty cmd...
     local ns=$1
     shift
     if [[ -n $ns ]]; then ip netns exec "$ns" "$@"; else "$@"; fi
+}
+
+listening() { # netns or "" for the host
+    local i
+    for i in $(seq 1 300); do
+        in_ns "$1" ss -Htln "sport = :$PERFTEST_PORT" | grep -q . && return 0
+        sleep 0.1
+    done
+    fail "perftest server never listened"
 }
 
 # One perftest tool between (server ns, dev, gid) and (client ns, dev, gid, server ip); the
