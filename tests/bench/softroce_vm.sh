@@ -69,8 +69,13 @@ cni() { # command pod device ip mtu
         CNI_PATH=/usr/lib/cni "$bin" <<<"$(conf "$4" "$3" "$5")"
 }
 
+# The MTU of the pods up now, empty when none are: the loop below tears one MTU's pods down
+# before it makes the next's, so cleanup has at most these to DEL, with the conf of their ADD.
+pods_mtu=""
+
 pods_up() {
     local mtu=$1
+    pods_mtu=$mtu
     ip netns add bpa
     ip netns add bpb
     ip link add pva type veth peer name pvb
@@ -86,11 +91,11 @@ pods_down() {
     ip netns del bpa 2>/dev/null || true
     ip netns del bpb 2>/dev/null || true
     ip link del pva 2>/dev/null || true
+    pods_mtu=""
 }
 
 cleanup() {
-    local mtu
-    for mtu in "${MTUS[@]}"; do pods_down "$mtu"; done
+    [[ -z $pods_mtu ]] || pods_down "$pods_mtu"
     host_down
 }
 trap cleanup EXIT
