@@ -6,7 +6,10 @@ mod vm_support;
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
-use vm_support::{case_netns, kernel_name, link_names, rdma_ns_bin, read, require_vm, run};
+use vm_support::{
+    case_netns, kernel_name, kernel_release, kernel_version, link_names, rdma_ns_bin, read,
+    require_vm, run,
+};
 
 const MODULES: &[&str] = &[
     "ib_core",
@@ -25,15 +28,12 @@ const MODULES: &[&str] = &[
 #[test]
 fn vm_kernel_is_the_debian_kernel_the_case_names() {
     require_vm();
-    let release = read("/proc/sys/kernel/osrelease");
+    let release = kernel_release();
     assert!(
         release.ends_with("-amd64"),
         "expected a Debian -amd64 kernel, got {release}"
     );
-    let mut numbers = release
-        .split(['.', '-', '+'])
-        .map(|n| n.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (numbers.next().unwrap(), numbers.next().unwrap_or(0));
+    let (major, minor) = kernel_version();
     match kernel_name().as_str() {
         "6.1" => assert_eq!(
             (major, minor),

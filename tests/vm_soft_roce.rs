@@ -26,9 +26,9 @@ use std::time::Duration;
 use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
-    both_ok, in_pod, json_of, probe_bin, probe_exchange_args, rdma_cm_listening, read,
-    require_per_netns_rxe, require_vm, run, server_and_client, tcp_listening, text,
-    verbs_gid_index, wait_until,
+    both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
+    rdma_cm_listening, read, require_per_netns_rxe, require_vm, run, server_and_client,
+    tcp_listening, text, verbs_gid_index, wait_until,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -474,7 +474,7 @@ fn each_pod_sees_only_its_own(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
 /// the CM cannot send: `rdma_connect` fails with EINVAL. A kernel where rping passes here has
 /// fixed that, and README's softRoce section must then say so.
 fn rdma_cm_fails_on_moved_devices(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
-    let release = read("/proc/sys/kernel/osrelease");
+    let release = kernel_release();
     let (s, c) = rping("20", a, b);
     assert!(
         !c.status.success() && !text(&c).contains("ping data"),
@@ -591,10 +591,11 @@ fn vm_soft_roce_a_kill_after_each_soft_roce_step_leaves_no_device_after_del_or_r
 #[test]
 fn vm_soft_roce_is_refused_where_rxe_receives_only_in_the_host_netns() {
     require_vm();
-    let release = read("/proc/sys/kernel/osrelease");
-    assert!(
-        release.starts_with("6.1."),
-        "this case runs on 6.1, not {release}"
+    assert_eq!(
+        kernel_version(),
+        (6, 1),
+        "this case runs on 6.1, not {}",
+        kernel_release()
     );
     let _veth = VethPair::new("srva", "srvb");
     for shape in [Shape::Macvlan, Shape::Move { mtu: 1500 }] {

@@ -138,17 +138,30 @@ pub fn wait_for_sysfs_gid_index(ibdev: &str, gid: &str, ndev: &str) -> u32 {
     panic!("no GID {gid} on {ndev} in {ibdev}'s table");
 }
 
+/// The running kernel's release (`uname -r`), e.g. `6.1.0-57-amd64` or `7.3.4+deb13-amd64`.
+pub fn kernel_release() -> String {
+    read("/proc/sys/kernel/osrelease")
+}
+
+/// The running kernel's (major, minor) version, from [`kernel_release`]; panics naming the
+/// release when it does not start with two numbers.
+pub fn kernel_version() -> (u32, u32) {
+    let release = kernel_release();
+    let mut numbers = release.split(['.', '-', '+']).map(str::parse::<u32>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => panic!("kernel release {release:?} does not start with major.minor"),
+    }
+}
+
 /// Panics unless the VM runs Linux 7.1 or later, whose rxe opens its UDP socket in the netns
 /// of the device's netdev (drivers/infiniband/sw/rxe/rxe_ns.c), so a rxe device on a pod's
 /// interface receives RoCE in the pod.
 pub fn require_per_netns_rxe() {
-    let release = read("/proc/sys/kernel/osrelease");
-    let mut parts = release.split(['.', '-']);
-    let major: u32 = parts.next().unwrap().parse().unwrap();
-    let minor: u32 = parts.next().unwrap().parse().unwrap();
     assert!(
-        (major, minor) >= (7, 1),
-        "this case needs Linux 7.1 or later (rxe with per-netns sockets); the VM runs {release}"
+        kernel_version() >= (7, 1),
+        "this case needs Linux 7.1 or later (rxe with per-netns sockets); the VM runs {}",
+        kernel_release()
     );
 }
 
