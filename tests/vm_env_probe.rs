@@ -14,19 +14,11 @@ use std::process::Command;
 
 use common::*;
 use serde_json::{json, Value};
-use vm_support::{probe_bin, probe_exchange_args, wait_for_sysfs_gid_index};
+use vm_support::{probe_bin, probe_exchange_args, require_vm, wait_for_sysfs_gid_index};
 
 const POD: &str = "/run/netns/vmpod";
 const POD_IP: &str = "10.9.0.5";
 const POD_GID: &str = "0000:0000:0000:0000:0000:ffff:0a09:0005";
-
-fn require_vm() {
-    assert_eq!(
-        std::env::var("RDMA_NS_IN_VM").as_deref(),
-        Ok("1"),
-        "VM-only test: run it with `tests/vm/run.sh env-probe`"
-    );
-}
 
 /// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with 10.9.0.5/24; DEL on drop.
 struct Pod {
