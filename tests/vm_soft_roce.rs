@@ -27,7 +27,7 @@ use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
-    rdma_cm_listening, read, require_per_netns_rxe, require_vm, run, server_and_client,
+    rdma_cm_listening, read, require_per_netns_rxe, require_vm, run, run_in, server_and_client,
     tcp_listening, text, verbs_gid_index, wait_until,
 };
 
@@ -140,11 +140,8 @@ struct PodView {
 
 /// The ib devices a netns sees (`rdma dev`), by name.
 fn devices_seen(netns: Option<&str>) -> Vec<String> {
-    let out = match netns {
-        Some(ns) => in_pod(ns, "rdma", &["dev"]),
-        None => run("rdma", &["dev"]),
-    };
-    out.lines()
+    run_in(netns, "rdma", &["dev"])
+        .lines()
         .filter_map(|l| l.split(": ").nth(1))
         .map(str::to_string)
         .collect()
@@ -327,9 +324,10 @@ fn ucx_perftest(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
     assert!(text(&out.1).contains("Final:"), "{}", text(&out.1));
 }
 
-/// Every rxe device the host sees but the runner's rxe0.
-fn host_soft_roce_devices() -> Vec<String> {
-    devices_seen(None)
+/// The plugin's Soft-RoCE devices (`rxe_…`, not the runner's rxe0) that `netns` sees (None: the
+/// host).
+fn soft_roce_devices(netns: Option<&str>) -> Vec<String> {
+    devices_seen(netns)
         .into_iter()
         .filter(|d| d.starts_with("rxe_"))
         .collect()
@@ -341,13 +339,14 @@ fn del_removes_every_device(pods: &[&Pod]) {
     for pod in pods {
         pod.call("DEL").run(&pod.conf).ok();
     }
-    assert_eq!(host_soft_roce_devices(), Vec::<String>::new());
+    assert_eq!(soft_roce_devices(None), Vec::<String>::new());
     for pod in pods {
-        let seen: Vec<String> = devices_seen(Some(pod.netns))
-            .into_iter()
-            .filter(|d| d.starts_with("rxe_"))
-            .collect();
-        assert_eq!(seen, Vec::<String>::new(), "{}", pod.netns);
+        assert_eq!(
+            soft_roce_devices(Some(pod.netns)),
+            Vec::<String>::new(),
+            "{}",
+            pod.netns
+        );
         assert_eq!(pod.record(), None, "{}", pod.netns);
     }
 }
@@ -452,7 +451,7 @@ fn open_from(pod: &Pod, path: &str) -> String {
 fn each_pod_sees_only_its_own(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
     assert_eq!(devices_seen(Some(a.netns)), [va.ibdev.as_str()]);
     assert_eq!(devices_seen(Some(b.netns)), [vb.ibdev.as_str()]);
-    assert_eq!(host_soft_roce_devices(), Vec::<String>::new());
+    assert_eq!(soft_roce_devices(None), Vec::<String>::new());
     let node = uverbs_of(b, &vb.ibdev);
     assert_eq!(
         open_from(b, &node),
@@ -577,7 +576,7 @@ fn vm_soft_roce_a_kill_after_each_soft_roce_step_leaves_no_device_after_del_or_r
             assert!(out.contains("released"), "{out}");
         }
         assert_eq!(
-            host_soft_roce_devices(),
+            soft_roce_devices(None),
             Vec::<String>::new(),
             "after {step}"
         );
@@ -605,7 +604,7 @@ fn vm_soft_roce_is_refused_where_rxe_receives_only_in_the_host_netns() {
             msg.contains("4791") && msg.contains("7.1"),
             "{shape:?}: {msg}"
         );
-        assert_eq!(host_soft_roce_devices(), Vec::<String>::new(), "{shape:?}");
+        assert_eq!(soft_roce_devices(None), Vec::<String>::new(), "{shape:?}");
         assert_eq!(vm_support::link_names(Some(pod.netns)), ["lo"], "{shape:?}");
         assert_eq!(pod.record(), None, "{shape:?}");
         // The twin: without softRoce the same ADD attaches, and the same probes see it.

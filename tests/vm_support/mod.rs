@@ -173,6 +173,15 @@ pub fn in_pod(pod: &str, cmd: &str, args: &[&str]) -> String {
     run("ip", &all)
 }
 
+/// Runs a command in the netns `netns` (a name under /run/netns, as [`in_pod`]) or, with None,
+/// in this one; panics unless it exits 0; its stdout.
+pub fn run_in(netns: Option<&str>, cmd: &str, args: &[&str]) -> String {
+    match netns {
+        Some(ns) => in_pod(ns, cmd, args),
+        None => run(cmd, args),
+    }
+}
+
 /// `stdout` parsed as JSON; panics naming it when it is not.
 pub fn json_of(stdout: &str) -> serde_json::Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
@@ -184,11 +193,7 @@ pub fn json_of(stdout: &str) -> serde_json::Value {
 pub fn verbs_gid_index(pod: Option<&str>, dev: &str, ip: &str) -> u32 {
     let wanted = format!("::ffff:{ip}, RoCE v2");
     for _ in 0..200 {
-        let args = ["-d", dev, "-v"];
-        let info = match pod {
-            Some(pod) => in_pod(pod, "ibv_devinfo", &args),
-            None => run("ibv_devinfo", &args),
-        };
+        let info = run_in(pod, "ibv_devinfo", &["-d", dev, "-v"]);
         let hit = info.lines().map(str::trim).find_map(|l| {
             let (index, gid) = l.strip_prefix("GID[")?.split_once("]:")?;
             (gid.trim() == wanted).then(|| index.trim().parse().ok())?
