@@ -10,11 +10,11 @@ mod vm_support;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use exporter_support::Exporter;
 use serde_json::Value;
-use vm_support::{rdma_ns_bin, read, require_vm, run};
+use vm_support::{rdma_ns_bin, read, require_vm, run, wait_until, Budget};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -72,13 +72,11 @@ fn write_conf(name: &str, conf: &Value) -> String {
     p.display().to_string()
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+/// How long each wait here polls: wall time, whatever a check takes.
+const WAIT: Budget = Budget::Within {
+    within: Duration::from_secs(30),
+    every: Duration::from_millis(50),
+};
 
 fn port_state() -> String {
     read("/sys/class/infiniband/rxe0/ports/1/state")
@@ -93,7 +91,7 @@ impl Healthy {
             run("ip", &["link", "set", l, "mtu", "9000"]);
         }
         run("ip", &["addr", "add", "10.77.0.1/24", "dev", "rxev0"]);
-        wait_for("the RoCE v2 GID of 10.77.0.1", || {
+        wait_until("the RoCE v2 GID of 10.77.0.1", WAIT, || {
             (0..16).any(|i| {
                 std::fs::read_to_string(format!("/sys/class/infiniband/rxe0/ports/1/gids/{i}"))
                     .is_ok_and(|g| g.trim() == "0000:0000:0000:0000:0000:ffff:0a4d:0001")
@@ -216,10 +214,12 @@ fn vm_doctor_finds_a_missing_module_and_a_down_port() {
     );
 
     run("ip", &["link", "set", "rxev0", "down"]);
-    wait_for("rxe0 port DOWN", || !port_state().contains("ACTIVE"));
+    wait_until("rxe0 port DOWN", WAIT, || !port_state().contains("ACTIVE"));
     let (code, v, _) = doctor(&[]);
     run("ip", &["link", "set", "rxev0", "up"]);
-    wait_for("rxe0 port ACTIVE again", || port_state().contains("ACTIVE"));
+    wait_until("rxe0 port ACTIVE again", WAIT, || {
+        port_state().contains("ACTIVE")
+    });
     assert_eq!(code, 2, "{v:#}");
     let f = one(&v, "port", "rxe0/1", "FAIL");
     let finding = f["finding"].as_str().unwrap();
@@ -242,7 +242,7 @@ fn vm_doctor_in_exclusive_mode_names_the_networks_that_need_shared() {
     let _g = serial();
     // The mode can change only while init_net is the only netns.
     let _ = Command::new("ip").args(["netns", "del", "vmpod"]).status();
-    wait_for("exclusive mode", || {
+    wait_until("exclusive mode", WAIT, || {
         Command::new("rdma")
             .args(["system", "set", "netns", "exclusive"])
             .stderr(Stdio::null())

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Panics with a clear message unless running inside the VM tier (`RDMA_NS_IN_VM=1`).
 pub fn require_vm() {
@@ -246,16 +246,38 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// Polls `ready` for a while (TCG: a server takes seconds to listen); panics naming `what` when
-/// it never is.
-pub fn wait_until(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..300 {
-        if ready() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+/// How long [`wait_until`] polls: a check, then a pause of `every` before the next one.
+#[derive(Clone, Copy, Debug)]
+pub enum Budget {
+    /// At most this many checks. A check that execs a tool adds its own time, which under TCG
+    /// can be seconds, so the wall time grows with the check.
+    Checks { checks: u32, every: Duration },
+    /// Checks until `within` has passed since the first one began.
+    Within { within: Duration, every: Duration },
+}
+
+/// What a server started by [`server_and_client`] may take to listen (TCG: seconds).
+pub const SERVER_LISTENS: Budget = Budget::Checks {
+    checks: 300,
+    every: Duration::from_millis(100),
+};
+
+/// Polls `ready` until it holds; panics naming `what` when `budget` is spent first.
+pub fn wait_until(what: &str, budget: Budget, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    let mut checks = 0;
+    while !ready() {
+        checks += 1;
+        let (spent, every) = match budget {
+            Budget::Checks {
+                checks: most,
+                every,
+            } => (checks >= most, every),
+            Budget::Within { within, every } => (start.elapsed() >= within, every),
+        };
+        assert!(!spent, "timed out waiting for {what} ({budget:?})");
+        std::thread::sleep(every);
     }
-    panic!("{what} never got ready");
 }
 
 /// A TCP socket listens on `port` in the netns `pod` (`ss`).
@@ -290,7 +312,7 @@ pub fn server_and_client(
     let child = tool(server_pod, bound, server)
         .spawn()
         .expect("server runs");
-    wait_until(&server.join(" "), ready);
+    wait_until(&server.join(" "), SERVER_LISTENS, ready);
     let c = tool(client_pod, bound, client)
         .output()
         .expect("client runs");
