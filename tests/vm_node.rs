@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use exporter_support::Exporter;
 use serde_json::Value;
-use vm_support::{rdma_ns_bin, read, require_vm, run, wait_until, Budget};
+use vm_support::{rdma_ns_bin, read, require_vm, run, switch_to_exclusive, wait_until, Budget};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -240,17 +240,7 @@ fn vm_doctor_finds_a_missing_module_and_a_down_port() {
 fn vm_doctor_in_exclusive_mode_names_the_networks_that_need_shared() {
     require_vm();
     let _g = serial();
-    // The mode can change only while init_net is the only netns.
-    let _ = Command::new("ip").args(["netns", "del", "vmpod"]).status();
-    wait_until("exclusive mode", WAIT, || {
-        Command::new("rdma")
-            .args(["system", "set", "netns", "exclusive"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    // ib_core's parameter follows the runtime switch: the doctor reads it there.
-    assert_eq!(read("/sys/module/ib_core/parameters/netns_mode"), "N");
+    switch_to_exclusive(WAIT);
     let macvlan = macvlan_conf();
     let (code, v, _) = doctor(&["--conf", &macvlan]);
     let chained = write_conf(

@@ -5,9 +5,11 @@
 mod common;
 mod vm_support;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::{json, Value};
-use vm_support::sysfs_gid_index;
+use vm_support::{switch_to_exclusive, sysfs_gid_index, Budget};
 
 const POD: &str = "/run/netns/vmpod";
 
@@ -150,22 +152,15 @@ fn vm_ipoib_needs_an_infiniband_parent() {
     assert!(link_in(Some("vmpod"), "ib0").is_none());
 }
 
-/// Exclusive mode can be set only while no netns but the host's exists: drop the case's netns,
-/// wait until the kernel has freed it, switch.
-fn switch_to_exclusive() {
-    sh(&["ip", "netns", "del", "vmpod"]);
-    for _ in 0..200 {
-        if sh_ok(&["rdma", "system", "set", "netns", "exclusive"]) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("could not switch to exclusive netns mode");
-}
+/// How long the cases here wait for the switch to exclusive mode (the runner switches back).
+const EXCLUSIVE_SWITCH: Budget = Budget::Checks {
+    checks: 200,
+    every: Duration::from_millis(50),
+};
 
 #[test]
 fn vm_exclusive_mode_refused_ib_move_leaves_the_host_exactly_as_before() {
-    switch_to_exclusive();
+    switch_to_exclusive(EXCLUSIVE_SWITCH);
     sh(&["ip", "addr", "add", "192.0.2.1/24", "dev", "rxev0"]);
     sh(&["ip", "link", "set", "rxev0", "mtu", "1400"]);
     let before = host_view("rxev0");
@@ -223,7 +218,7 @@ fn vm_chained_mode_error_paths_on_rxe() {
         "{msg}"
     );
 
-    switch_to_exclusive();
+    switch_to_exclusive(EXCLUSIVE_SWITCH);
     let ns = TestNetns::new();
     sh(&[
         "ip", "link", "add", "chainv0", "type", "veth", "peer", "name", "chainv1",
@@ -280,7 +275,7 @@ fn vm_macvlan_by_rdma_device_writes_device_info_naming_rxe0() {
 /// are refused with 120 and leave nothing; `"rdma": "off"` attaches the netdev alone.
 #[test]
 fn vm_child_modes_are_refused_in_exclusive_netns_mode() {
-    switch_to_exclusive();
+    switch_to_exclusive(EXCLUSIVE_SWITCH);
     let ns = TestNetns::new();
     for mode in ["macvlan", "ipoib"] {
         let mut conf = macvlan_conf(json!({"mode": mode}));

@@ -27,8 +27,8 @@ use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
-    rdma_cm_listening, read, require_per_netns_rxe, require_vm, run, run_in, server_and_client,
-    tcp_listening, text, verbs_gid_index, wait_until, Budget,
+    rdma_cm_listening, require_per_netns_rxe, require_vm, run, run_in, server_and_client,
+    switch_to_exclusive, tcp_listening, text, verbs_gid_index, Budget,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -396,18 +396,10 @@ struct Exclusive;
 impl Exclusive {
     /// The mode changes only while the initial netns is the only one: the case's `vmpod` goes.
     fn switch() -> Exclusive {
-        let _ = Command::new("ip").args(["netns", "del", "vmpod"]).output();
-        let budget = Budget::Checks {
+        switch_to_exclusive(Budget::Checks {
             checks: 300,
             every: Duration::from_millis(100),
-        };
-        wait_until("exclusive netns mode", budget, || {
-            Command::new("rdma")
-                .args(["system", "set", "netns", "exclusive"])
-                .output()
-                .is_ok_and(|o| o.status.success())
         });
-        assert_eq!(read("/sys/module/ib_core/parameters/netns_mode"), "N");
         Exclusive
     }
 }

@@ -280,6 +280,24 @@ pub fn wait_until(what: &str, budget: Budget, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Switches the RDMA subsystem to exclusive netns mode, which the kernel allows only while the
+/// initial netns is the only one: deletes the case's netns `vmpod`, then retries within
+/// `budget` (until the kernel has freed the netns the switch answers EBUSY). ib_core's
+/// `netns_mode` parameter must follow the switch: `rdma-ns doctor` reads the mode there.
+/// Nothing here switches back: the caller does, or the runner after the case.
+pub fn switch_to_exclusive(budget: Budget) {
+    run("ip", &["netns", "del", "vmpod"]);
+    wait_until("exclusive netns mode", budget, || {
+        Command::new("rdma")
+            .args(["system", "set", "netns", "exclusive"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    assert_eq!(read("/sys/module/ib_core/parameters/netns_mode"), "N");
+}
+
 /// A TCP socket listens on `port` in the netns `pod` (`ss`).
 pub fn tcp_listening(pod: &str, port: u16) -> bool {
     let filter = format!("sport = :{port}");
