@@ -1,6 +1,7 @@
 //! VM case `env`: the guarantees the VM runner (tests/vm/guest.sh) gives every case.
 //! VM-only: run with `tests/vm/run.sh env`; the host tier skips these (`--skip vm_`).
 
+mod common;
 mod vm_support;
 
 use std::collections::BTreeSet;

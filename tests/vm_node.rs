@@ -5,6 +5,7 @@
 //! in the initial netns, with the counters growing. VM only (`tests/vm/run.sh node-doctor
 //! node-exclusive node-exporter`); time nothing here (TCG).
 
+mod common;
 mod exporter_support;
 mod vm_support;
 

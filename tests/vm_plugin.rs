@@ -9,21 +9,9 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
-use vm_support::{switch_to_exclusive, sysfs_gid_index, Budget};
+use vm_support::{record, record_exists, switch_to_exclusive, sysfs_gid_index, Budget};
 
 const POD: &str = "/run/netns/vmpod";
-
-fn record_exists(network: &str, container: &str) -> bool {
-    std::path::Path::new(&format!("{}/{network}/{container}:net1.json", state_dir())).exists()
-}
-
-/// The attachment record: JSON lines, the last one current (see src/attach/store.rs).
-fn record(network: &str, container: &str, ifname: &str) -> Value {
-    let path = format!("{}/{network}/{container}:{ifname}.json", state_dir());
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
-    serde_json::from_str(last).unwrap()
-}
 
 fn macvlan_conf(extra: Value) -> Value {
     let mut conf = json!({"cniVersion": "1.0.0", "name": "vmroce", "type": "rdma-ns", "mode": "macvlan",
@@ -289,7 +277,7 @@ fn vm_child_modes_are_refused_in_exclusive_netns_mode() {
         );
         assert!(ns.link("net1").is_none(), "{mode}: no child");
         assert!(
-            !record_exists(&format!("vmx{mode}"), "xpod"),
+            !record_exists(&format!("vmx{mode}"), "xpod", "net1"),
             "{mode}: no record"
         );
     }
@@ -297,7 +285,7 @@ fn vm_child_modes_are_refused_in_exclusive_netns_mode() {
     Call::new("ADD", "xpod", &ns.path(), "net1").run(&conf).ok();
     assert!(ns.link("net1").is_some(), "rdma off: the netdev alone");
     assert!(
-        record_exists("vmroce", "xpod"),
+        record_exists("vmroce", "xpod", "net1"),
         "the probe finds a record that exists"
     );
     Call::new("DEL", "xpod", &ns.path(), "net1").run(&conf).ok();

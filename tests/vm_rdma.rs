@@ -18,6 +18,7 @@
 //! Tests take one lock: they change shared state (netns mode, addresses on v0, the set of
 //! namespaces) that the others read.
 
+mod common;
 mod vm_support;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

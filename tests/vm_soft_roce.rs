@@ -27,8 +27,8 @@ use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
-    rdma_cm_listening, require_per_netns_rxe, require_vm, run, run_in, server_and_client,
-    switch_to_exclusive, tcp_listening, text, verbs_gid_index, Budget,
+    rdma_cm_listening, record, record_exists, require_per_netns_rxe, require_vm, run, run_in,
+    server_and_client, switch_to_exclusive, tcp_listening, text, verbs_gid_index, Budget,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -84,21 +84,23 @@ impl Pod {
         )
     }
 
-    /// The attachment's record, once written (the intent record names the device before the
-    /// kernel makes it).
-    fn record(&self) -> Option<String> {
-        let path = format!("{}/{NETWORK}/{}:net1.json", state_dir(), self.netns);
-        std::fs::read_to_string(path).ok()
+    /// Whether the attachment has a record.
+    fn has_record(&self) -> bool {
+        record_exists(NETWORK, self.netns, "net1")
     }
 
-    /// The rxe device the record names.
+    /// The rxe device the record names (`steps.softRoce.ibdev`, src/attach/soft_roce.rs): the
+    /// step records the name before the kernel makes the device.
     fn recorded_ibdev(&self) -> String {
-        let record = self.record().expect("a record");
-        let at = record
-            .find("\"rxe_")
-            .expect("the record names a rxe device")
-            + 1;
-        record[at..at + 15].to_string()
+        let rec = record(NETWORK, self.netns, "net1");
+        let ibdev = rec["steps"]["softRoce"]["ibdev"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            ibdev.starts_with("rxe_"),
+            "the record names a rxe device: {rec}"
+        );
+        ibdev.to_string()
     }
 }
 
@@ -347,7 +349,7 @@ fn del_removes_every_device(pods: &[&Pod]) {
             "{}",
             pod.netns
         );
-        assert_eq!(pod.record(), None, "{}", pod.netns);
+        assert!(!pod.has_record(), "{}", pod.netns);
     }
 }
 
@@ -576,7 +578,7 @@ fn vm_soft_roce_a_kill_after_each_soft_roce_step_leaves_no_device_after_del_or_r
             Vec::<String>::new(),
             "after {step}"
         );
-        assert_eq!(pod.record(), None, "the record after {step}");
+        assert!(!pod.has_record(), "the record after {step}");
         if n + 1 < steps.len() {
             assert_eq!(location(&pod, &ibdev), "nowhere", "after {step}");
         }
@@ -602,13 +604,13 @@ fn vm_soft_roce_is_refused_where_rxe_receives_only_in_the_host_netns() {
         );
         assert_eq!(soft_roce_devices(None), Vec::<String>::new(), "{shape:?}");
         assert_eq!(vm_support::link_names(Some(pod.netns)), ["lo"], "{shape:?}");
-        assert_eq!(pod.record(), None, "{shape:?}");
+        assert!(!pod.has_record(), "{shape:?}");
         // The twin: without softRoce the same ADD attaches, and the same probes see it.
         let mut without = pod.conf.clone();
         without["softRoce"] = json!(false);
         pod.call("ADD").run(&without).ok();
         assert!(vm_support::link_names(Some(pod.netns)).contains(&"net1".to_string()));
-        assert!(pod.record().is_some(), "{shape:?}");
+        assert!(pod.has_record(), "{shape:?}");
         pod.call("DEL").run(&without).ok();
     }
 }

@@ -1,12 +1,17 @@
 //! Helpers for VM-only integration tests (`tests/vm_*.rs`, test functions named `vm_...`).
 //!
 //! These tests run inside the VM that `tests/vm/run.sh` boots (see tests/README.md, "VM tier");
-//! the host tier skips them with `cargo test -- --skip vm_`. Include with `mod vm_support;`.
+//! the host tier skips them with `cargo test -- --skip vm_`. Include with `mod common;` and
+//! `mod vm_support;`: the attachment records are read from `common::state_dir`.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::state_dir;
 
 /// Panics with a clear message unless running inside the VM tier (`RDMA_NS_IN_VM=1`).
 pub fn require_vm() {
@@ -204,6 +209,26 @@ pub fn verbs_gid_index(pod: Option<&str>, dev: &str, ip: &str) -> u32 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     panic!("ibv_devinfo -d {dev} shows no RoCE v2 GID for {ip}");
+}
+
+/// Where the record of the attachment of `container`'s `ifname` on `network` is, in the case's
+/// state dir (`<network>/<containerID>:<ifname>.json`, src/attach/store.rs).
+fn record_path(network: &str, container: &str, ifname: &str) -> String {
+    format!("{}/{network}/{container}:{ifname}.json", state_dir())
+}
+
+/// Whether the attachment has a record (the intent is written before the kernel changes).
+pub fn record_exists(network: &str, container: &str, ifname: &str) -> bool {
+    Path::new(&record_path(network, container, ifname)).exists()
+}
+
+/// The attachment record: JSON lines, the last one current (see src/attach/store.rs); panics
+/// naming the file when there is none.
+pub fn record(network: &str, container: &str, ifname: &str) -> Value {
+    let path = record_path(network, container, ifname);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    serde_json::from_str(last).unwrap()
 }
 
 /// A netns of the test's own (`ip netns add`), deleted on drop.
