@@ -16,70 +16,23 @@
 mod common;
 mod vm_support;
 
-use common::{state_dir, Call, PLUGIN};
-use serde_json::{json, Value};
+use common::PLUGIN;
+use serde_json::Value;
 use vm_support::{
     in_pod, json_of, read, require_per_netns_rxe, require_vm, run, verbs_gid_index, ExtraNetns,
+    MacvlanPod,
 };
 
 const POD_A: &str = "vmpod";
 const POD_B: &str = "vmpodb";
-
-/// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with `ip`/24; DEL on drop,
-/// after its own rxe device (if any) is gone.
-struct Pod {
-    netns: &'static str,
-    conf: Value,
-    rxe: Option<&'static str>,
-}
-
-impl Pod {
-    fn attach(netns: &'static str, ip: &str) -> Pod {
-        let conf = json!({"cniVersion": "1.0.0", "name": "vmident", "type": "rdma-ns",
-            "mode": "macvlan", "master": "rxev0", "dataDir": state_dir(),
-            "ipam": {"type": "static", "addresses": [{"address": format!("{ip}/24")}]}});
-        Call::new("ADD", netns, &format!("/run/netns/{netns}"), "net1")
-            .run(&conf)
-            .ok();
-        Pod {
-            netns,
-            conf,
-            rxe: None,
-        }
-    }
-
-    /// `rdma link add <name> type rxe netdev net1`, run inside the pod.
-    fn add_rxe(&mut self, name: &'static str) {
-        in_pod(
-            self.netns,
-            "rdma",
-            &["link", "add", name, "type", "rxe", "netdev", "net1"],
-        );
-        self.rxe = Some(name);
-    }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        if let Some(rxe) = self.rxe {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "exec", self.netns, "rdma", "link", "delete", rxe])
-                .output();
-        }
-        let path = format!("/run/netns/{}", self.netns);
-        Call::new("DEL", self.netns, &path, "net1")
-            .run(&self.conf)
-            .ok();
-    }
-}
 
 #[test]
 fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
     require_vm();
     require_per_netns_rxe();
     let _b_ns = ExtraNetns::add(POD_B);
-    let mut a = Pod::attach(POD_A, "10.91.0.1");
-    let mut b = Pod::attach(POD_B, "10.91.0.2");
+    let mut a = MacvlanPod::attach(POD_A, "10.91.0.1");
+    let mut b = MacvlanPod::attach(POD_B, "10.91.0.2");
     a.add_rxe("rxa");
     b.add_rxe("rxb");
     let index_a = verbs_gid_index(None, "rxa", "10.91.0.1");
@@ -126,7 +79,7 @@ fn vm_env_in_two_pods_names_each_pods_own_soft_roce_device() {
 #[test]
 fn vm_env_finds_a_macvlans_parent_from_the_node_and_searches_without_privilege() {
     require_vm();
-    let _pod = Pod::attach(POD_A, "10.9.0.5");
+    let _pod = MacvlanPod::attach(POD_A, "10.9.0.5");
     let index = verbs_gid_index(None, "rxe0", "10.9.0.5");
     let node = run(
         PLUGIN,

@@ -14,32 +14,13 @@ use std::process::Command;
 
 use common::*;
 use serde_json::{json, Value};
-use vm_support::{probe_bin, probe_exchange_args, require_vm, wait_for_sysfs_gid_index};
+use vm_support::{
+    probe_bin, probe_exchange_args, require_vm, wait_for_sysfs_gid_index, MacvlanPod,
+};
 
 const POD: &str = "/run/netns/vmpod";
 const POD_IP: &str = "10.9.0.5";
 const POD_GID: &str = "0000:0000:0000:0000:0000:ffff:0a09:0005";
-
-/// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with 10.9.0.5/24; DEL on drop.
-struct Pod {
-    conf: Value,
-}
-
-impl Pod {
-    fn attach() -> Pod {
-        let conf = json!({"cniVersion": "1.0.0", "name": "vmenv", "type": "rdma-ns",
-            "mode": "macvlan", "master": "rxev0", "dataDir": state_dir(),
-            "ipam": {"type": "static", "addresses": [{"address": format!("{POD_IP}/24")}]}});
-        Call::new("ADD", "envpod", POD, "net1").run(&conf).ok();
-        Pod { conf }
-    }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        Call::new("DEL", "envpod", POD, "net1").run(&self.conf).ok();
-    }
-}
 
 struct Out {
     code: i32,
@@ -75,7 +56,7 @@ fn json_of(o: &Out) -> Value {
 fn vm_env_in_a_macvlan_pod_names_the_gid_index_the_kernel_chose() {
     require_vm();
     let bin = PLUGIN;
-    let _pod = Pod::attach();
+    let _pod = MacvlanPod::attach("vmpod", POD_IP);
     let index = wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     eprintln!("kernel's GID index for {POD_IP} on net1: {index}");
 
@@ -128,7 +109,7 @@ fn vm_env_in_a_macvlan_pod_names_the_gid_index_the_kernel_chose() {
 #[test]
 fn vm_env_names_a_port_that_went_down_and_prints_nothing_unless_best_effort() {
     require_vm();
-    let _pod = Pod::attach();
+    let _pod = MacvlanPod::attach("vmpod", POD_IP);
     wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     // Twin: usable while the port is up.
     assert_eq!(in_pod(PLUGIN, &["env"]).code, 0);
@@ -167,7 +148,7 @@ fn vm_env_names_a_port_that_went_down_and_prints_nothing_unless_best_effort() {
 #[test]
 fn vm_probe_in_the_pod_brings_an_rc_qp_to_rts_on_envs_gid_index() {
     require_vm();
-    let _pod = Pod::attach();
+    let _pod = MacvlanPod::attach("vmpod", POD_IP);
     let index = wait_for_sysfs_gid_index("rxe0", POD_GID, "net1");
     let o = in_pod(probe_bin(), &[]);
     assert_eq!(o.code, 0, "{} / {}", o.stdout, o.stderr);

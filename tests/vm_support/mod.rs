@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::common::state_dir;
+use crate::common::{state_dir, Call};
 
 /// Panics with a clear message unless running inside the VM tier (`RDMA_NS_IN_VM=1`).
 pub fn require_vm() {
@@ -229,6 +229,55 @@ pub fn record(network: &str, container: &str, ifname: &str) -> Value {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
     serde_json::from_str(last).unwrap()
+}
+
+/// A pod attached by rdma-ns: a macvlan child `net1` of rxev0 with `ip`/24 in the netns `netns`
+/// (a name under /run/netns; also the container id); DEL on drop, after its own rxe device (if
+/// any) is gone.
+pub struct MacvlanPod {
+    netns: &'static str,
+    conf: Value,
+    rxe: Option<&'static str>,
+}
+
+impl MacvlanPod {
+    pub fn attach(netns: &'static str, ip: &str) -> MacvlanPod {
+        let conf = json!({"cniVersion": "1.0.0", "name": "vmenv", "type": "rdma-ns",
+            "mode": "macvlan", "master": "rxev0", "dataDir": state_dir(),
+            "ipam": {"type": "static", "addresses": [{"address": format!("{ip}/24")}]}});
+        Call::new("ADD", netns, &format!("/run/netns/{netns}"), "net1")
+            .run(&conf)
+            .ok();
+        MacvlanPod {
+            netns,
+            conf,
+            rxe: None,
+        }
+    }
+
+    /// `rdma link add <name> type rxe netdev net1`, run inside the pod.
+    pub fn add_rxe(&mut self, name: &'static str) {
+        in_pod(
+            self.netns,
+            "rdma",
+            &["link", "add", name, "type", "rxe", "netdev", "net1"],
+        );
+        self.rxe = Some(name);
+    }
+}
+
+impl Drop for MacvlanPod {
+    fn drop(&mut self) {
+        if let Some(rxe) = self.rxe {
+            let _ = Command::new("ip")
+                .args(["netns", "exec", self.netns, "rdma", "link", "delete", rxe])
+                .output();
+        }
+        let path = format!("/run/netns/{}", self.netns);
+        Call::new("DEL", self.netns, &path, "net1")
+            .run(&self.conf)
+            .ok();
+    }
 }
 
 /// A netns of the test's own (`ip netns add`), deleted on drop.
