@@ -451,18 +451,48 @@ run_kernel() {
     report "$kernel" "$results" "$rc" "$@"
 }
 
+# The process group of the VM being booted (empty between boots). setsid puts the VM in a
+# session of its own, out of reach of a terminal's ^C and of a signal to this script's group, so
+# a signal that stops this script ends the VM through it.
+VM_PGID=""
+VM_FIFO=""
+stop_vm() {
+    if [[ -n $VM_PGID ]]; then
+        kill -TERM -- "-$VM_PGID" 2>/dev/null || true
+    fi
+    if [[ -n $VM_FIFO ]]; then
+        rm -f "$VM_FIFO"
+    fi
+}
+trap 'stop_vm; exit 129' HUP
+trap 'stop_vm; exit 130' INT
+trap 'stop_vm; exit 143' TERM
+
 # One vng run of the guest command $2 (results in $1, boot start $3, more vng flags after); its
-# exit status in rc.
+# exit status in rc. The VM runs in the background and is waited for, because bash runs a trap
+# only once the foreground command has ended; its console reaches `console` through a fifo.
 boot_vm() {
     local results=$1 guest_cmd=$2 t_boot=$3
     shift 3
+    VM_FIFO=$(mktemp -u "${TMPDIR:-/tmp}/rdma-ns-vm-console.XXXXXX")
+    mkfifo -m 600 "$VM_FIFO"
+    console "$t_boot" "$results" <"$VM_FIFO" &
+    local reader=$!
     set +e
+    # A background job of a script is not a process group leader, so setsid makes it one
+    # without a fork: its pid is the VM's process group.
     setsid timeout --kill-after=15 "$VM_TIMEOUT" \
         vng -r "$KIMG" --disable-kvm --force-9p --user root --memory "$VM_MEMORY" "$@" \
         --rwdir="$results" --cwd "$repo" --exec "$guest_cmd" \
-        </dev/null 2>&1 | console "$t_boot" "$results"
-    rc=${PIPESTATUS[0]}
+        </dev/null >"$VM_FIFO" 2>&1 &
+    VM_PGID=$!
+    wait "$VM_PGID"
+    rc=$?
+    VM_PGID=""
+    wait "$reader"
     set -e
+    rm -f "$VM_FIFO"
+    VM_FIFO=""
 }
 
 # Copies the console to stdout and console.log, prefixed with host seconds since boot start;
