@@ -285,6 +285,23 @@ impl Drop for Reap {
     }
 }
 
+impl Reap {
+    /// Ends the process and returns what it printed (stdout, then stderr, where piped).
+    fn output(mut self) -> String {
+        use std::io::Read;
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let mut text = String::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            let _ = out.read_to_string(&mut text);
+        }
+        if let Some(mut err) = self.0.stderr.take() {
+            let _ = err.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
 #[test]
 fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
     require_vm();
@@ -333,10 +350,10 @@ fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
     }
     let client = client.expect("the server listened within 10 s");
     let mid = scrape();
-    drop(server);
+    let server = server.output();
     assert!(
         client.status.success(),
-        "ibv_rc_pingpong: {}{}",
+        "ibv_rc_pingpong: {}{}\nthe server printed: {server}",
         String::from_utf8_lossy(&client.stdout),
         String::from_utf8_lossy(&client.stderr)
     );
