@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The edits a user makes to a manifest before applying it, done the same way every time for
+the lab (install/lab/recipe.sh). Each reads YAML documents from FILE and prints them to stdout.
+
+    manifests.py image FILE REF [OLD=NEW...]
+        every container and init container: image REF, or with OLD=NEW pairs only images whose
+        name (without tag) is OLD become NEW
+    manifests.py nad FILE KEY=JSON...
+        the rdma-ns plugin of each NetworkAttachmentDefinition's config: KEY set to the JSON
+        value (`master="rail0"`, `softRoce=true`); `capabilities.X=true` sets one capability
+    manifests.py pod FILE NAME NODE IMAGE [NETWORKS]
+        a pod shaped like FILE (conf/pod.yaml), for the lab: named NAME, on node NODE, its
+        containers on IMAGE running `sleep`, privileged (a Soft-RoCE device is made at the pod's
+        CNI ADD, after any device plugin's allocation, so only a privileged container sees its
+        uverbs node: README, "What the pod's containers need"), without the device plugin's
+        resources (it has no Soft-RoCE device to give), and on NETWORKS when given
+"""
+import json
+import sys
+
+import yaml
+
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def containers(doc):
+    spec = doc.get("spec", {})
+    if doc.get("kind") in ("DaemonSet", "Deployment", "StatefulSet", "Job"):
+        spec = spec["template"]["spec"]
+    return spec.get("initContainers", []) + spec.get("containers", [])
+
+
+def image(path, ref, *pairs):
+    swaps = dict(p.split("=", 1) for p in pairs)
+    docs = load(path)
+    for doc in docs:
+        for c in containers(doc):
+            name = c["image"].rsplit("@", 1)[0]
+            base = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+            if not swaps:
+                c["image"] = ref
+            elif base in swaps:
+                c["image"] = swaps[base]
+    return docs
+
+
+def nad(path, *settings):
+    docs = load(path)
+    for doc in docs:
+        if doc.get("kind") != "NetworkAttachmentDefinition":
+            continue
+        conf = json.loads(doc["spec"]["config"])
+        plugins = [p for p in conf.get("plugins", [conf]) if p.get("type") == "rdma-ns"]
+        if not plugins:
+            sys.exit(f"manifests.py: {path}: no rdma-ns plugin in {doc['metadata']['name']}")
+        for setting in settings:
+            key, _, value = setting.partition("=")
+            for p in plugins:
+                target = p
+                *parents, leaf = key.split(".")
+                for parent in parents:
+                    target = target.setdefault(parent, {})
+                target[leaf] = json.loads(value)
+        doc["spec"]["config"] = json.dumps(conf, indent=2) + "\n"
+    return docs
+
+
+def pod(path, name, node, ref, networks=None):
+    docs = load(path)
+    pods = [d for d in docs if d.get("kind") == "Pod"]
+    if len(pods) != 1:
+        sys.exit(f"manifests.py: {path} holds {len(pods)} pods, not one")
+    p = pods[0]
+    p["metadata"]["name"] = name
+    if networks:
+        p["metadata"].setdefault("annotations", {})["k8s.v1.cni.cncf.io/networks"] = networks
+    spec = p["spec"]
+    spec["nodeName"] = node
+    spec.pop("initContainers", None)
+    spec.pop("volumes", None)
+    spec["terminationGracePeriodSeconds"] = 1
+    for c in spec["containers"]:
+        c["image"] = ref
+        c["imagePullPolicy"] = "IfNotPresent"
+        c["command"] = ["sleep", "1000000000"]
+        c.pop("volumeMounts", None)
+        c.setdefault("securityContext", {})["privileged"] = True
+        for kind in ("limits", "requests"):
+            res = c.get("resources", {}).get(kind, {})
+            for key in [k for k in res if k.startswith("rdma/")]:
+                del res[key]
+        c.pop("resources", None)
+    return [p]
+
+
+def literal_blocks(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ("image", "nad", "pod"):
+        sys.exit(__doc__)
+    docs = globals()[argv[0]](*argv[1:])
+    yaml.SafeDumper.add_representer(str, literal_blocks)
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# README's "Install on a cluster", carried out on the lab as a user would, plus what the recipe
+# assumes a cluster already has (Multus, whereabouts for conf/'s IPAM, the device plugin, NFD).
+# install/lab.sh up runs it with LAB_KUBECTL set to its own `kubectl` verb; each step says which
+# README step or which project's own instructions it follows. Images are the lab's local builds
+# (install/lab/images.sh): setting `image:` is the one edit README asks for.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+read -r -a KUBECTL <<<"${LAB_KUBECTL:?set by install/lab.sh}"
+MANIFESTS=(python3 "$LAB_DIR/manifests.py")
+ref() { awk -v n="$1" '$1 == n { print $2 }' "$LAB_CACHE/images/refs"; }
+k() { "${KUBECTL[@]}" "$@"; }
+apply() { k apply -f - >&2; }
+rollout() { k -n "$1" rollout status "$2" --timeout "${3:-600s}" >&2; }
+
+# README step 1: the installer DaemonSet, with its image set; rdma-ns lands in each node's
+# /opt/cni/bin. Its `reconcile` container runs too.
+installer() {
+    say "recipe 1: install/daemonset.yaml with image $(ref installer)"
+    "${MANIFESTS[@]}" image "$LAB_REPO/install/daemonset.yaml" "$(ref installer)" | apply
+    rollout kube-system ds/rdma-ns-installer
+}
+
+# Multus, thin plugin: deployments/multus-daemonset.yml of its module, image set.
+multus() {
+    say "multus $(lab_version multus) (thin): its deployments/multus-daemonset.yml"
+    "${MANIFESTS[@]}" image "$(lab_bin_dir multus)/multus-daemonset.yml" "$(ref multus)" | apply
+    rollout kube-system ds/kube-multus-ds
+}
+
+# whereabouts, conf/'s IPAM: its CRDs and doc/crds/daemonset-install.yaml, image set.
+whereabouts() {
+    local d
+    d=$(lab_bin_dir whereabouts)/crds
+    say "whereabouts $(lab_version whereabouts): its CRDs and daemonset-install.yaml"
+    k apply -f "$d/whereabouts.cni.cncf.io_ippools.yaml" \
+        -f "$d/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml" \
+        -f "$d/whereabouts.cni.cncf.io_nodeslicepools.yaml" >&2
+    "${MANIFESTS[@]}" image "$d/daemonset-install.yaml" "$(ref whereabouts)" | apply
+    rollout kube-system ds/whereabouts
+}
+
+# README step 3's device plugin: conf/device-plugins' ConfigMap, then the plugin as its README
+# deploys it (deployment/k8s/base: its DaemonSet; its example ConfigMap of the same name is
+# what conf/ replaces, so it is not applied).
+device_plugin() {
+    say "the RDMA shared device plugin $(lab_version rdma-shared-dp): conf/device-plugins ConfigMap, its DaemonSet"
+    k apply -f "$LAB_REPO/conf/device-plugins/rdma-shared-dev-plugin.yaml" >&2
+    "${MANIFESTS[@]}" image "$(lab_bin_dir rdma-shared-dp)/deployment/k8s/base/daemonset.yaml" "$(ref rdma-shared-dp)" | apply
+    rollout kube-system ds/rdma-shared-dp-ds
+}
+
+# NFD: its deployment/overlays/default (kubectl apply -k), image set by a kustomization.
+nfd() {
+    local d work=$LAB_STATE/nfd-kustomize
+    d=$(lab_bin_dir nfd)/deployment
+    say "node feature discovery $(lab_version nfd): its deployment/overlays/default"
+    rm -rf "$work" && mkdir -p "$work" && cp -r "$d" "$work/deployment"
+    cat >"$work/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- deployment/overlays/default
+images:
+- name: registry.k8s.io/nfd/node-feature-discovery
+  newName: $(ref nfd | cut -d: -f1)
+  newTag: $(ref nfd | cut -d: -f2)
+EOF
+    k apply -k "$work" >&2
+    rollout node-feature-discovery ds/nfd-worker
+    rollout node-feature-discovery deploy/nfd-master
+}
+
+# rdma-ns's node agent (exporter, doctor --nfd), same image as the installer.
+node_agent() {
+    say "install/node-agent.yaml"
+    "${MANIFESTS[@]}" image "$LAB_REPO/install/node-agent.yaml" "$(ref installer)" | apply
+    rollout kube-system ds/rdma-ns-node
+}
+
+# README step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
+# device of their own: every pod gets its own Soft-RoCE device).
+networks() {
+    say "recipe 3: conf/nad-macvlan.yaml, nad-rail0.yaml, nad-rail1.yaml: masters rail0/rail1, softRoce"
+    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-macvlan.yaml" 'master="rail0"' softRoce=true | apply
+    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail0.yaml" 'master="rail0"' softRoce=true | apply
+    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail1.yaml" 'master="rail1"' softRoce=true | apply
+}
+
+# README step 4: two pods shaped like conf/pod.yaml, one on each node.
+pods() {
+    say "recipe 4: two pods shaped like conf/pod.yaml, rdma-a on node1 and rdma-b on node2"
+    "${MANIFESTS[@]}" pod "$LAB_REPO/conf/pod.yaml" rdma-a node1 "$(ref lab-tools)" | apply
+    "${MANIFESTS[@]}" pod "$LAB_REPO/conf/pod.yaml" rdma-b node2 "$(ref lab-tools)" | apply
+    k wait --for=condition=Ready pod/rdma-a pod/rdma-b --timeout 600s >&2
+}
+
+installer
+multus
+whereabouts
+device_plugin
+nfd
+node_agent
+networks
+[[ ${RDMA_NS_LAB_PODS:-1} == 0 ]] || pods
