@@ -1,0 +1,204 @@
+"""RDMA between pods on the two nodes, through the real stack: kubelet, containerd, Multus,
+whereabouts, rdma-ns with a Soft-RoCE device per pod, and the rail segments between the VMs."""
+import json
+import subprocess
+import time
+
+from lab import Fail, case, wait_until
+
+TOOL_TIMEOUT = 120
+# The verbs tools run through `rdma-ns env --exec`, on the device and GID index env names.
+ON_ENV = "rdma-ns env --exec -- sh -c "
+
+
+class PodView:
+    """What `rdma-ns env` names in a pod, checked against the node's record and Multus's
+    network-status annotation."""
+
+    def __init__(self, lab, pod, node, iface="net1"):
+        self.pod, self.node = pod, node
+        doc = json.loads(lab.pod_exec(pod, "rdma-ns", "env", "--format", "json").stdout)
+        rails = {r["netdev"]: r for r in doc["rails"]}
+        if iface not in rails:
+            raise Fail(f"{pod}: rdma-ns env names no rail on {iface}: {doc}")
+        rail = rails[iface]
+        self.env = doc["env"]
+        self.ibdev, self.gid, self.ip = rail["ibdev"], rail["gidIndex"], rail["ip"]
+        record = [a for a in lab.attachments(node) if a["pod"] == f"default/{pod}" and a["ifname"] == iface]
+        if len(record) != 1:
+            raise Fail(f"{pod}: {len(record)} records for {iface} on node{node}")
+        if record[0]["ibDevice"] != self.ibdev or self.gid not in record[0]["gidIndexes"]:
+            raise Fail(f"{pod}: env names {self.ibdev} GID {self.gid}, the record {record[0]}")
+        if not self.ibdev.startswith("rxe_"):
+            raise Fail(f"{pod}: {iface}'s device {self.ibdev} is not a Soft-RoCE device of the pod's own")
+
+
+def background(lab, pod, script):
+    """A tool started in a pod through kubectl exec, left running; returns the Popen."""
+    argv = ["bash", lab.lab_sh, "kubectl", "exec", pod, "--", "sh", "-c", script]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc, what):
+    try:
+        out, _ = proc.communicate(timeout=TOOL_TIMEOUT + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise Fail(f"{what}: still running after {TOOL_TIMEOUT + 30} s")
+    if proc.returncode != 0:
+        raise Fail(f"{what}: exit {proc.returncode}: {out[-1500:]}")
+    return out
+
+
+def listening(lab, pod, port):
+    out = lab.pod_exec(pod, "ss", "-Hltn", check=False).stdout
+    return f":{port} " in out
+
+
+def rail_bytes(lab):
+    """rx and tx bytes of each node's rails, from the nodes' own counters."""
+    counts = {}
+    for n in (1, 2):
+        for rail in ("rail0", "rail1"):
+            out = lab.sh(n, f"cat /sys/class/net/{rail}/statistics/rx_bytes /sys/class/net/{rail}/statistics/tx_bytes")
+            rx, tx = (int(v) for v in out.split())
+            counts[(n, rail)] = (rx, tx)
+    return counts
+
+
+def crossed(before, after, rail, at_least):
+    """node1 sent and node2 received at least `at_least` bytes on `rail`."""
+    sent = after[(1, rail)][1] - before[(1, rail)][1]
+    got = after[(2, rail)][0] - before[(2, rail)][0]
+    return sent >= at_least and got >= at_least, sent, got
+
+
+def server_client(lab, server_pod, server_script, port, client_pod, client_script, what, cm=False):
+    server = background(lab, server_pod, server_script)
+    try:
+        if cm:
+            time.sleep(3)  # rping's server binds through the CM; no TCP port to watch
+        else:
+            wait_until(f"{what} server listening on {port}", 60, lambda: listening(lab, server_pod, port))
+        client = lab.pod_exec(client_pod, "sh", "-c", client_script, check=False, timeout=TOOL_TIMEOUT + 30)
+    except Fail:
+        server.kill()
+        raise
+    server_out = finish(server, f"{what} server in {server_pod}")
+    if client.returncode != 0:
+        raise Fail(f"{what} client in {client_pod}: exit {client.returncode}: {(client.stdout + client.stderr)[-1500:]}")
+    return server_out, client.stdout + client.stderr
+
+
+def ib_write_bw(lab, a, b, size=65536, iters=2000):
+    """ib_write_bw from pod a to pod b on env's device and GID index; Gb/s reported."""
+    tool = f"timeout -s KILL {TOOL_TIMEOUT} ib_write_bw -d \"${{UCX_NET_DEVICES%%:*}}\" -x \"$UCX_IB_GID_INDEX\" -F --report_gbits -s {size} -n {iters} -p 18515"
+    server, client = server_client(lab, b.pod, ON_ENV + repr(tool), 18515, a.pod,
+                                   ON_ENV + repr(tool + f" {b.ip}"), "ib_write_bw")
+    for out, view, peer in ((client, a, b), (server, b, a)):
+        gids = [line for line in out.splitlines() if "GID:" in line]
+        want_local, want_peer = f"{gid_text(view.ip)}", f"{gid_text(peer.ip)}"
+        if len(gids) < 2 or want_local not in gids[0] or want_peer not in gids[1]:
+            raise Fail(f"ib_write_bw in {view.pod}: local/remote GIDs {gids}, want {want_local} / {want_peer}")
+    rows = [line.split() for line in client.splitlines() if line.strip().startswith(str(size))]
+    if not rows:
+        raise Fail(f"ib_write_bw: no result row: {client[-800:]}")
+    return float(rows[-1][3])
+
+
+def gid_text(ip):
+    """How perftest prints the RoCE GID of an IPv4 address: 00:00:...:ff:ff:a:b:c:d in decimal."""
+    return ":".join(["00"] * 10 + ["255", "255"] + [f"{int(o):02d}" for o in ip.split(".")])
+
+
+def rping(lab, a, b, count=10):
+    tool = f"timeout -s KILL {TOOL_TIMEOUT} rping"
+    server, client = server_client(lab, b.pod, f"{tool} -s -a {b.ip} -C {count}", None, a.pod,
+                                   f"{tool} -c -v -a {b.ip} -C {count}", "rping", cm=True)
+    pings = client.count("ping data:")
+    if pings != count:
+        raise Fail(f"rping from {a.pod} to {b.ip}: {pings} of {count} pings: {client[-800:]}")
+
+
+def ucx_perftest(lab, a, b):
+    tool = f"UCX_LOG_LEVEL=info timeout -s KILL {TOOL_TIMEOUT} rdma-ns env --exec -- ucx_perftest -p 13337"
+    server, client = server_client(lab, b.pod, tool, 13337, a.pod,
+                                   tool + f" {b.ip} -t tag_bw -n 200 -s 65536 -w 10", "ucx_perftest")
+    for out, view in ((server, b), (client, a)):
+        if f"rc_verbs/{view.ibdev}:1" not in out:
+            raise Fail(f"ucx_perftest in {view.pod}: UCX did not use rc_verbs on {view.ibdev}: {out[-1500:]}")
+    if "Final:" not in client:
+        raise Fail(f"ucx_perftest: no Final line: {client[-800:]}")
+
+
+def check_network_status(lab, view):
+    entries = [e for e in lab.network_status(view.pod) if e.get("interface") == "net1"]
+    if len(entries) != 1:
+        raise Fail(f"{view.pod}: network-status has {len(entries)} entries for net1: {lab.network_status(view.pod)}")
+    e = entries[0]
+    if view.ip not in e.get("ips", []):
+        raise Fail(f"{view.pod}: network-status net1 IPs {e.get('ips')} lack {view.ip}")
+    info = e.get("device-info", {}).get("pci", {})
+    if info.get("rdma-device") != view.ibdev:
+        raise Fail(f"{view.pod}: network-status device-info {e.get('device-info')} does not name {view.ibdev}")
+
+
+@case
+def traffic_across_nodes(lab):
+    lab.lab_pod("t-a", "node1")
+    lab.lab_pod("t-b", "node2")
+    lab.wait_ready("t-a", "t-b")
+    a, b = PodView(lab, "t-a", 1), PodView(lab, "t-b", 2)
+    for v in (a, b):
+        check_network_status(lab, v)
+    before = rail_bytes(lab)
+    size, iters = 65536, 2000
+    gbps = ib_write_bw(lab, a, b, size, iters)
+    after = rail_bytes(lab)
+    ok, sent, got = crossed(before, after, "rail0", size * iters)
+    if not ok:
+        raise Fail(f"ib_write_bw's {size * iters} bytes did not cross rail0: node1 sent {sent}, node2 got {got}")
+    other = after[(1, "rail1")][1] - before[(1, "rail1")][1]
+    if other > size * iters // 100:
+        raise Fail(f"rail1 carried {other} bytes during ib_write_bw on rail0")
+    print(f"      ib_write_bw t-a -> t-b: {gbps} Gb/s; rail0 node1 tx +{sent}, node2 rx +{got}; rail1 +{other}")
+    rping(lab, a, b)
+    ucx_perftest(lab, a, b)
+    lab.delete_pods("t-a", "t-b")
+
+
+def rping_between(lab, a_pod, a_ip, b_pod, b_ip, count=10):
+    """rping from a_ip (bound with -I) in a_pod to the server on b_ip in b_pod."""
+    tool = f"timeout -s KILL {TOOL_TIMEOUT} rping"
+    _, client = server_client(lab, b_pod, f"{tool} -s -a {b_ip} -C {count}", None, a_pod,
+                              f"{tool} -c -v -I {a_ip} -a {b_ip} -C {count}", "rping", cm=True)
+    if client.count("ping data:") != count:
+        raise Fail(f"rping {a_ip} -> {b_ip}: {client.count('ping data:')} of {count}: {client[-800:]}")
+
+
+@case
+def two_rails(lab):
+    # A pod shaped like conf/trainer-rails.yaml on rail0 and rail1, on each node: net1 on rail0,
+    # net2 on rail1, each with a Soft-RoCE device of its own and its own routing table.
+    for pod, node in (("t-rails-a", "node1"), ("t-rails-b", "node2")):
+        lab.lab_pod(pod, node, networks="rail0,rail1", shape="conf/trainer-rails.yaml")
+    lab.wait_ready("t-rails-a", "t-rails-b")
+    views = {}
+    for pod, n in (("t-rails-a", 1), ("t-rails-b", 2)):
+        views[pod] = [PodView(lab, pod, n, iface) for iface in ("net1", "net2")]
+        hca = views[pod][0].env.get("NCCL_IB_HCA", "")
+        if not all(v.ibdev in hca for v in views[pod]):
+            raise Fail(f"{pod}: NCCL_IB_HCA {hca!r} does not name both rails' devices")
+    for i, (rail, other) in enumerate((("rail0", "rail1"), ("rail1", "rail0"))):
+        a, b = views["t-rails-a"][i], views["t-rails-b"][i]
+        before = rail_bytes(lab)
+        rping_between(lab, "t-rails-a", a.ip, "t-rails-b", b.ip, count=50)
+        after = rail_bytes(lab)
+        ok, sent, got = crossed(before, after, rail, 50 * 64)
+        moved = after[(1, other)][1] - before[(1, other)][1]
+        if not ok:
+            raise Fail(f"rping on {rail} ({a.ip} -> {b.ip}): node1 sent {sent}, node2 got {got} on {rail}")
+        if moved >= sent:
+            raise Fail(f"rping on {rail} moved {moved} bytes on {other}, {sent} on {rail}")
+        print(f"      {rail}: {a.ip} -> {b.ip} on {a.ibdev}: {rail} +{sent} bytes, {other} +{moved}")
+    lab.delete_pods("t-rails-a", "t-rails-b")

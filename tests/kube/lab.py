@@ -1,0 +1,164 @@
+"""The lab as the Kubernetes tier's cases see it: kubectl and node commands through
+install/lab.sh (its `kubectl` and `node` verbs, exactly as users have them), and the checks every
+case shares.
+"""
+import json
+import os
+import shlex
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+NODES = ("node1", "node2")
+CASES = []
+
+
+def case(fn):
+    """Registers a case; cases run in the order their modules define them."""
+    CASES.append(fn)
+    return fn
+
+
+class Fail(Exception):
+    pass
+
+
+def wait_until(what, seconds, probe, step=1.0):
+    """Calls probe() until it returns something true; fails naming `what` and the last value."""
+    deadline = time.time() + seconds
+    last = None
+    while True:
+        try:
+            last = probe()
+            if last:
+                return last
+        except Fail as e:
+            last = f"(probe failed: {e})"
+        if time.time() > deadline:
+            raise Fail(f"{what}: not within {seconds} s (last: {str(last)[:400]})")
+        time.sleep(step)
+
+
+class Lab:
+    def __init__(self, lab_sh, logs):
+        self.lab_sh = lab_sh
+        self.logs = logs
+
+    def _run(self, argv, input=None, check=True, timeout=300):
+        try:
+            p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise Fail(f"{shlex.join(argv)}: no answer within {timeout} s")
+        if check and p.returncode != 0:
+            raise Fail(f"{shlex.join(argv[1:])}: exit {p.returncode}: {(p.stderr or p.stdout).strip()[-600:]}")
+        return p
+
+    def kubectl(self, *args, input=None, check=True, timeout=300):
+        return self._run(["bash", self.lab_sh, "kubectl", *args], input, check, timeout).stdout
+
+    def kjson(self, *args):
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def apply(self, manifest):
+        self.kubectl("apply", "-f", "-", input=manifest)
+
+    def node(self, n, *cmd, check=True, timeout=300, input=None):
+        """Runs cmd as root on node n (1 or 2); returns the CompletedProcess."""
+        return self._run(["bash", self.lab_sh, "node", str(n), *cmd], input, check, timeout)
+
+    def sh(self, n, script, check=True, timeout=300):
+        return self.node(n, "sh", "-c", script, check=check, timeout=timeout).stdout
+
+    def pod_exec(self, pod, *cmd, check=True, timeout=300, container=None):
+        args = ["exec", pod] + (["-c", container] if container else []) + ["--", *cmd]
+        return self._run(["bash", self.lab_sh, "kubectl", *args], None, check, timeout)
+
+    def manifests(self, *args):
+        p = self._run(["python3", os.path.join(REPO, "install/lab/manifests.py"), *args])
+        return p.stdout
+
+    def image(self, name):
+        """The reference of one of the lab's images (install/lab/images.sh's refs file)."""
+        cache = os.environ.get("RDMA_NS_LAB_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rdma-ns/lab")
+        with open(os.path.join(cache, "images/refs")) as f:
+            for line in f:
+                k, ref = line.split()
+                if k == name:
+                    return ref
+        raise Fail(f"no image {name} in the lab's refs")
+
+    # ---- pods ----------------------------------------------------------------------------
+    def lab_pod(self, name, node, networks="roce-shared", shape="conf/pod.yaml"):
+        """A pod shaped like conf/pod.yaml on node N, as install/lab/recipe.sh starts them."""
+        self.apply(self.manifests("pod", os.path.join(REPO, shape), name, node, self.image("lab-tools"), networks))
+
+    def wait_ready(self, *pods, seconds=600):
+        self.kubectl("wait", "--for=condition=Ready", *[f"pod/{p}" for p in pods], f"--timeout={seconds}s",
+                     timeout=seconds + 30)
+
+    def delete_pods(self, *pods, seconds=300):
+        if pods:
+            self.kubectl("delete", "pod", "--ignore-not-found", "--wait=true", f"--timeout={seconds}s", *pods,
+                         timeout=seconds + 30)
+
+    def network_status(self, pod):
+        meta = self.kjson("get", "pod", pod)["metadata"]
+        raw = meta.get("annotations", {}).get("k8s.v1.cni.cncf.io/network-status")
+        if not raw:
+            raise Fail(f"pod {pod} has no k8s.v1.cni.cncf.io/network-status annotation")
+        return json.loads(raw)
+
+    # ---- node state ----------------------------------------------------------------------
+    def attachments(self, n):
+        return json.loads(self.node(n, "/opt/cni/bin/rdma-ns", "list", "--json").stdout or "[]")
+
+    def soft_roce_devices(self, n):
+        out = self.node(n, "rdma", "-j", "dev", "show").stdout
+        return sorted(d["ifname"] for d in json.loads(out or "[]") if d["ifname"].startswith("rxe_"))
+
+    def data_dir_files(self, n):
+        out = self.sh(n, "find /var/lib/cni/rdma-ns -type f 2>/dev/null | sort")
+        return [f for f in out.split() if f]
+
+    def ip_allocations(self):
+        """Every whereabouts allocation: (pool, ip offset, pod reference)."""
+        pools = self.kjson("get", "ippools.whereabouts.cni.cncf.io", "-A").get("items", [])
+        return [(p["metadata"]["name"], k, v.get("podref", ""))
+                for p in pools for k, v in (p.get("spec", {}).get("allocations") or {}).items()]
+
+    def leftovers(self):
+        found = []
+        for i, node in enumerate(NODES, 1):
+            atts = self.attachments(i)
+            if atts:
+                found.append(f"{node}: rdma-ns list: " + ", ".join(f"{a['pod']} {a['network']} {a['phase']}" for a in atts))
+            devs = self.soft_roce_devices(i)
+            if devs:
+                found.append(f"{node}: Soft-RoCE devices {devs}")
+            files = self.data_dir_files(i)
+            if files:
+                found.append(f"{node}: files in /var/lib/cni/rdma-ns: {files}")
+        allocs = self.ip_allocations()
+        if allocs:
+            found.append(f"whereabouts allocations {allocs}")
+        return found
+
+    def assert_clean(self, seconds=120):
+        """The end of every case: nothing of any attachment left on either node."""
+        deadline = time.time() + seconds
+        while True:
+            left = self.leftovers()
+            if not left:
+                return
+            if time.time() > deadline:
+                raise Fail("left behind: " + "; ".join(left))
+            time.sleep(2)
+
+    def cleanup(self):
+        """After a failed case: remove the test's pods, so the next case starts clean."""
+        pods = [p["metadata"]["name"] for p in self.kjson("get", "pods")["items"]
+                if p["metadata"].get("labels", {}).get("rdma-ns-test") or p["metadata"]["name"].startswith("t-")]
+        self.delete_pods(*pods)
+        self.assert_clean()
