@@ -419,6 +419,75 @@ pub fn a_rxe_device_goes_with_its_netdev(
     Ok(())
 }
 
+fn cm_read(rdma: &dyn RdmaOps, name: &str, what: &str) -> Result<u8, String> {
+    rdma.cm_default_tos(name, 1)
+        .map_err(|e| format!("{what}: reading {name}'s default: {e}"))
+}
+
+fn cm_expect(rdma: &dyn RdmaOps, name: &str, want: u8, what: &str) -> Outcome {
+    match cm_read(rdma, name, what)? {
+        got if got == want => Ok(()),
+        got => Err(format!(
+            "{what}: {name}'s default_roce_tos is {got}, want {want}"
+        )),
+    }
+}
+
+/// RDMA CM's default ToS of the ib device `name` (in the host netns, port 1, no configfs
+/// group yet, never moved): 0 at first; kept by the device, not its group, so a group removed
+/// and made again reads what was written; reset to 0 by a move into `pod` and by the move
+/// back; a group for a name no device has is ENODEV, a second group EEXIST. Leaves the device
+/// in the host without a group.
+pub fn rdma_cm_defaults_stay_with_the_device_until_it_moves(
+    rdma: &dyn RdmaOps,
+    pod: Ns<'_>,
+    name: &str,
+) -> Outcome {
+    let step = |what: &str, r: KResult<()>| r.map_err(|e| format!("{what}: {e}"));
+    if rdma.cm_availability() != crate::kernel::rdma_cm::CmFs::Ready {
+        return Err("no rdma_cm directory in configfs".into());
+    }
+    step("make the group", rdma.cm_make_group(name))?;
+    cm_expect(rdma, name, 0, "a fresh device")?;
+    step("write", rdma.cm_set_default_tos(name, 1, 104))?;
+    cm_expect(rdma, name, 104, "after the write")?;
+    expect_eexist(rdma.cm_make_group(name), "a second group was made")?;
+    step("remove the group", rdma.cm_remove_group(name))?;
+    step("make it again", rdma.cm_make_group(name))?;
+    cm_expect(rdma, name, 104, "a group made again")?;
+    let index = device_index(rdma, Ns::Host, name)?.ok_or("the device is not in the host")?;
+    step("move into the pod", rdma.move_device(Ns::Host, index, pod))?;
+    cm_expect(rdma, name, 0, "moved into the pod")?;
+    step("write in the pod", rdma.cm_set_default_tos(name, 1, 96))?;
+    cm_expect(rdma, name, 96, "written in the pod")?;
+    step("move back", rdma.move_device(pod, index, Ns::Host))?;
+    cm_expect(rdma, name, 0, "moved back")?;
+    step("remove the group", rdma.cm_remove_group(name))?;
+    expect_errno(
+        rdma.cm_make_group("rdmans_nosuchdev"),
+        nix::errno::Errno::ENODEV,
+        "a group was made for a device that does not exist",
+    )
+}
+
+/// The group of the ib device `name` outlives the device: a read through it is ENODEV once the
+/// device is deleted, and the group can still be removed.
+pub fn a_deleted_devices_group_reads_enodev(rdma: &dyn RdmaOps, name: &str) -> Outcome {
+    rdma.cm_make_group(name)
+        .map_err(|e| format!("make the group: {e}"))?;
+    cm_expect(rdma, name, 0, "before the delete")?;
+    deleting_a_rxe_link_removes_its_device(rdma, name)?;
+    let read = rdma.cm_default_tos(name, 1).map(drop);
+    let outcome = expect_errno(
+        read,
+        nix::errno::Errno::ENODEV,
+        "a gone device's default read",
+    );
+    rdma.cm_remove_group(name)
+        .map_err(|e| format!("remove the group of a gone device: {e}"))?;
+    outcome
+}
+
 /// The scenarios against the fake host; tests/netlink_root.rs runs them against the real kernel.
 #[cfg(test)]
 mod tests {
@@ -498,5 +567,18 @@ mod tests {
             let within = Duration::from_millis(100);
             super::a_rxe_device_goes_with_its_netdev(&rdma, &k, pod, 30, name, within).unwrap();
         }
+    }
+
+    #[test]
+    fn the_fake_rdma_cm_behaves_as_the_scenarios_say() {
+        let ns = Netns::open(std::path::Path::new(POD)).unwrap();
+        let pod = Ns::Pod(&ns);
+        let k = host();
+        k.state.borrow_mut().netns_mode = Some(crate::kernel::nldev::NetnsMode::Exclusive);
+        let rdma = k.rdma();
+        let name = "rxe_conformance";
+        rdma.add_link(pod, name, "rxe", "net9").unwrap();
+        super::rdma_cm_defaults_stay_with_the_device_until_it_moves(&rdma, pod, name).unwrap();
+        super::a_deleted_devices_group_reads_enodev(&rdma, name).unwrap();
     }
 }
