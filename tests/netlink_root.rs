@@ -842,7 +842,7 @@ fn pod_requests_act_in_the_pod_whichever_handle_names_it() {
 fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
     use rdma_ns::kernel::conformance;
     type Scenario = fn(&dyn NetOps, Ns<'_>, &Link, &str) -> Result<(), String>;
-    let scenarios: [(&str, Scenario, &str); 7] = [
+    let scenarios: [(&str, Scenario, &str); 8] = [
         (
             "a move keeps the ifindex",
             conformance::a_move_keeps_the_ifindex,
@@ -876,6 +876,11 @@ fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
         (
             "IPv4 conf is the link's until it moves",
             conformance::ipv4_conf_is_the_links_until_it_moves,
+            "net1",
+        ),
+        (
+            "an alias goes with its link",
+            conformance::an_alias_goes_with_its_link,
             "net1",
         ),
     ];

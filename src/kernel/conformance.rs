@@ -326,6 +326,34 @@ pub fn ipv4_conf_is_the_links_until_it_moves(
     Ok(())
 }
 
+/// A link's alias is the link's: set in the host, it is there after a move into the pod as
+/// `ifname` (the kernel keeps it, so whoever set it must put it back), reads back as set, and
+/// an empty one removes it.
+pub fn an_alias_goes_with_its_link(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    let alias_in = |ns: Ns<'_>| -> Result<Option<String>, String> {
+        Ok(find(k, ns, dev.index)?.ok_or("the link is gone")?.alias)
+    };
+    let text = "rdma-ns roceQos dscp=26 ecn=1 priority=3";
+    ok("set the alias", k.set_alias(Ns::Host, dev.index, text))?;
+    if alias_in(Ns::Host)?.as_deref() != Some(text) {
+        return Err(format!("the alias reads {:?}", alias_in(Ns::Host)?));
+    }
+    a_move_keeps_the_ifindex(k, pod, dev, ifname)?;
+    if alias_in(pod)?.as_deref() != Some(text) {
+        return Err(format!("moved, the alias reads {:?}", alias_in(pod)?));
+    }
+    ok("remove the alias", k.set_alias(pod, dev.index, ""))?;
+    match alias_in(pod)? {
+        None => Ok(()),
+        Some(a) => Err(format!("an empty alias left {a:?}")),
+    }
+}
+
 fn device_index(rdma: &dyn RdmaOps, ns: Ns<'_>, name: &str) -> Result<Option<u32>, String> {
     rdma.device_index(ns, name).map_err(|e| e.to_string())
 }
@@ -533,6 +561,7 @@ mod tests {
         super::a_table_holds_one_route_per_destination(&host(), pod, &nic(), "net1").unwrap();
         super::routes_go_with_their_link_and_rules_stay(&host(), pod, &nic(), "net1").unwrap();
         super::ipv4_conf_is_the_links_until_it_moves(&host(), pod, &nic(), "net1").unwrap();
+        super::an_alias_goes_with_its_link(&host(), pod, &nic(), "net1").unwrap();
     }
 
     /// The pod's `net9` and a second netdev `net8` there, for the Soft-RoCE scenarios.
