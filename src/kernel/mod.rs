@@ -24,6 +24,8 @@
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod conformance;
+pub mod dcbnl;
+pub mod ethtool;
 #[cfg(test)]
 pub mod fake;
 pub mod netlink;
