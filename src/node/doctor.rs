@@ -19,6 +19,7 @@ mod netns_mode;
 mod pcie;
 mod peers;
 mod ports;
+mod qos;
 mod roce;
 
 use std::collections::BTreeSet;
@@ -41,11 +42,16 @@ use netns_mode::NetnsModeCheck;
 use pcie::PcieCheck;
 use peers::PeerCheck;
 use ports::{DevicesCheck, PortsCheck};
+use qos::QosCheck;
 pub use roce::roce_active_mtu;
 use roce::RoceCheck;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Severity {
+    /// The check does not apply to the object (a virtual NIC has no DCB): said, and neither a
+    /// pass nor a problem; it ranks below OK, so it never decides the exit code.
+    #[serde(rename = "N/A")]
+    NotApplicable,
     #[serde(rename = "OK")]
     Ok,
     #[serde(rename = "WARN")]
@@ -58,7 +64,7 @@ impl Severity {
     /// The exit code of a run whose worst finding is this: 0, 1, 2 (usable as a probe).
     pub fn exit_code(self) -> u8 {
         match self {
-            Severity::Ok => 0,
+            Severity::NotApplicable | Severity::Ok => 0,
             Severity::Warn => 1,
             Severity::Fail => 2,
         }
@@ -68,6 +74,7 @@ impl Severity {
 impl fmt::Display for Severity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Severity::NotApplicable => "N/A",
             Severity::Ok => "OK",
             Severity::Warn => "WARN",
             Severity::Fail => "FAIL",
@@ -198,6 +205,17 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
         }
         .check(&mut r)
     };
+    if !opts.pod {
+        QosCheck {
+            node,
+            topo,
+            net,
+            networks,
+            records: &records,
+            mode,
+        }
+        .check(&mut r);
+    }
     CharDevCheck {
         node,
         topo,
