@@ -197,25 +197,7 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
     }
     .check(&mut r);
     RoceCheck { topo, net, devices }.check(&mut r);
-    let records = if opts.pod {
-        Vec::new()
-    } else {
-        DataDirCheck {
-            dirs: &node.data_dirs,
-        }
-        .check(&mut r)
-    };
-    if !opts.pod {
-        QosCheck {
-            node,
-            topo,
-            net,
-            networks,
-            records: &records,
-            mode,
-        }
-        .check(&mut r);
-    }
+    let records = records_and_qos(node, topo, net, opts, mode, &mut r);
     CharDevCheck {
         node,
         topo,
@@ -230,6 +212,35 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
     }
     .check(&mut r);
     r
+}
+
+/// The node's own checks of the attachment records and, with them, of the networks' RoCE QoS
+/// (a pod has neither to look at): the records, for the checks after them.
+fn records_and_qos(
+    node: &Node,
+    topo: &RdmaSysfs<'_>,
+    net: &dyn NetView,
+    opts: &Options,
+    mode: Option<NetnsMode>,
+    r: &mut Report,
+) -> Vec<crate::attach::record::Attachment> {
+    if opts.pod {
+        return Vec::new();
+    }
+    let records = DataDirCheck {
+        dirs: &node.data_dirs,
+    }
+    .check(r);
+    QosCheck {
+        node,
+        topo,
+        net,
+        networks: &opts.networks,
+        records: &records,
+        mode,
+    }
+    .check(r);
+    records
 }
 
 /// The ib devices every check looks at; a topology that cannot be read is a FAIL of its own.
