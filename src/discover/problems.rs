@@ -25,7 +25,9 @@ pub(super) fn problems_of(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> Ve
         found.push((
             ProblemKind::RoceQosUnreadable,
             format!(
-                "its alias holds rdma-ns's RoCE QoS, but {why}: it is set by rdma-ns at ADD                  (`ip link show {}` in the pod shows it); if something else changed it, CHECK                  of the attachment says so, and a new ADD sets it again",
+                "its alias holds rdma-ns's RoCE QoS, but {why}: it is set by rdma-ns at ADD \
+                 (`ip link show {}` in the pod shows it); if something else changed it, CHECK \
+                 of the attachment says so, and a new ADD sets it again",
                 f.ifname
             ),
         ));

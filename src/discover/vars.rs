@@ -137,7 +137,9 @@ fn qos_choice(usable: &[&Finding], problems: &mut Vec<Problem>) -> Option<RoceQo
         kind: ProblemKind::RoceQosConflict,
         ifname: None,
         msg: format!(
-            "the rails' networks disagree on roceQos ({each}), and NCCL and UCX take one              traffic class and one SL for every device, so none is set: give the rails'              networks the same roceQos (or none), or run a job on rails of one class"
+            "the rails' networks disagree on roceQos ({each}), and NCCL and UCX take one \
+             traffic class and one SL for every device, so none is set: give the rails' \
+             networks the same roceQos (or none), or run a job on rails of one class"
         ),
     });
     None

@@ -446,7 +446,8 @@ fn shared_default(
     };
     if let Some(missing) = missing {
         let finding = format!(
-            "{shared}: {missing}, so its RDMA CM default ToS cannot be read; a device starts at              0, not the network's {tc}"
+            "{shared}: {missing}, so its RDMA CM default ToS cannot be read; a device starts at \
+             0, not the network's {tc}"
         );
         r.push(CHECK, Severity::Warn, object, finding, Some(fix));
         return;
