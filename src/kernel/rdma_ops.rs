@@ -26,7 +26,8 @@ pub trait RdmaOps {
     fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>>;
     /// RDMA_NLDEV_CMD_SET + NET_NS_FD, sent on a socket opened in `ns` (the device's current
     /// netns: a socket acts in the netns it was opened in, and from any other the device is
-    /// invisible in exclusive mode).
+    /// invisible in exclusive mode), by a thread in `ns` too: the kernel moves a device only
+    /// for a task in the device's netns.
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()>;
     /// The IB port state number ([`PORT_ACTIVE`] when it is up) as seen from `ns`.
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
@@ -165,7 +166,26 @@ impl RdmaOps for RealRdma {
             Ns::Host => self.host_netns()?.fd(),
             Ns::Pod(n) => n.fd(),
         };
-        self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd))
+        let Ns::Pod(from) = ns else {
+            return self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd));
+        };
+        // device.c `rdma_dev_change_netns` answers ENODEV unless the netns of the task that
+        // sends the request is the device's: a socket opened in the pod is not enough (seen on
+        // Linux 7.3 moving a rxe device back out of a pod). So the pod's socket is opened
+        // first, and the request goes out with the thread inside the pod.
+        self.with_socket(ns, |_| Ok(()))?;
+        let home = self.host_netns()?;
+        let sent = from.run_in(home, || {
+            Ok(self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd)))
+        });
+        sent.map_err(|e| {
+            KernelError::new(
+                "enter the netns to move the ib device out of it",
+                format!("ib device index {index}"),
+                ns,
+                e.raw_os_error().unwrap_or(0),
+            )
+        })?
     }
 
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
