@@ -41,5 +41,6 @@ pub mod log;
 pub mod nad;
 pub mod node;
 pub mod peers;
+pub mod qos;
 #[cfg(test)]
 pub(crate) mod testutil;

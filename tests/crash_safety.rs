@@ -2,7 +2,8 @@
 //! debug log, so a new step is covered the day it lands), the plugin SIGKILLs itself right after
 //! that step (`RDMA_NS_TEST_KILL_AT`, debug builds only: no undo, no further write). DEL twice
 //! and GC must then leave nothing stranded: the device back under its name, no child, no lease,
-//! no record, no temp file, no rule left in the pod (with `rail`). Modes on this kernel: move
+//! no record, no temp file, no rule left in the pod (with `rail`), the moved netdev's own alias
+//! back (every conf has `roceQos`, which sets the pod interface's). Modes on this kernel: move
 //! and macvlan, each with and without `rail` (ipoib and chained mode run the same loop over
 //! fakes, src/attach/kill_points.rs).
 
@@ -50,7 +51,11 @@ fn setup(mode: &str, rail: bool) -> Setup {
     let data = DataDir::new();
     let mut conf = json!({"cniVersion": "1.1.0", "name": "crash", "type": "rdma-ns", "mode": mode,
         "dataDir": data.state(), "logLevel": "debug",
+        "roceQos": {"dscp": 26, "ecn": true, "priority": 3},
         "ipam": test_ipam("10.96.0.5/24", &data)});
+    // An alias of the node's own on the NIC: move mode gives it the network's QoS in the pod,
+    // and DEL must bring the NIC back with this one.
+    sh(&["ip", "link", "set", &veth.nic, "alias", "uplink to leaf 3"]);
     if rail {
         conf["rail"] = json!(true);
         conf["ipam"]["routes"] = json!([{"dst": "10.200.0.0/16", "gw": "10.96.0.1"}]);
@@ -108,6 +113,12 @@ fn every_kill_point(mode: &str, rail: bool) {
     s.call("ADD").run(&conf).ok();
     let add_steps = steps_in(&std::fs::read_to_string(&log).unwrap());
     assert!(s.ns.link("net1").is_some(), "the pod interface exists");
+    assert_eq!(
+        s.ns.link("net1").unwrap()["ifalias"],
+        "rdma-ns roceQos dscp=26 ecn=1 priority=3",
+        "the pod interface carries the network's QoS"
+    );
+    assert_eq!(s.before.alias.as_deref(), Some("uplink to leaf 3"));
     assert_eq!(s.lease_count(), 1, "the lease exists");
     assert_eq!(s.data.records().len(), 1, "the record exists");
     assert_eq!(

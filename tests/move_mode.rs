@@ -627,3 +627,49 @@ fn the_device_info_file_is_written_for_the_pci_function_and_removed_on_del() {
     assert!(!info_path.exists(), "removed on DEL");
     back_in_host(&veth.nic, &before).unwrap();
 }
+
+/// `roceQos` puts the network's QoS in the pod interface's alias (where `rdma-ns env` reads
+/// it), which CHECK holds ADD to and DEL takes back: the NIC comes home with its own alias. A
+/// value out of range is code 7 naming the field and value, before anything moved.
+#[test]
+fn roce_qos_sets_the_pod_interfaces_alias_check_holds_it_and_del_puts_the_nics_back() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    sh(&["ip", "link", "set", &veth.nic, "alias", "uplink to leaf 3"]);
+    let mut conf = move_conf("1.1.0", "qos", &veth.nic, &data);
+    conf["roceQos"] = json!({"dscp": 24, "ecn": false, "priority": 3, "fifoDscp": 46});
+    let before = host_view(&veth.nic);
+    assert_eq!(before.alias.as_deref(), Some("uplink to leaf 3"));
+    let call = |c: &str| Call::new(c, "qos1", &ns.path(), "net1");
+    call("ADD").run(&conf).ok();
+    let ours = "rdma-ns roceQos dscp=24 ecn=0 priority=3 fifoDscp=46";
+    assert_eq!(ns.link("net1").unwrap()["ifalias"], ours);
+    let record = std::fs::read_to_string(&data.records()[0]).unwrap();
+    let last: Value = serde_json::from_str(record.lines().last().unwrap()).unwrap();
+    let qos = &last["steps"]["roceQos"];
+    assert_eq!(qos["trafficClass"], 96, "{last}");
+    assert_eq!(qos["alias"]["before"], "uplink to leaf 3", "{last}");
+    call("CHECK").run(&conf).ok();
+    sh(&[
+        "ip", "-n", &ns.name, "link", "set", "net1", "alias", "changed",
+    ]);
+    let msg = call("CHECK").run(&conf).err(108);
+    assert!(
+        msg.contains("roceQos") && msg.contains("\"changed\""),
+        "{msg}"
+    );
+    sh(&["ip", "-n", &ns.name, "link", "set", "net1", "alias", ours]);
+    call("CHECK").run(&conf).ok();
+    call("DEL").run(&conf).ok();
+    back_in_host(&veth.nic, &before).unwrap();
+
+    conf["roceQos"]["dscp"] = json!(64);
+    let msg = call("ADD").run(&conf).err(7);
+    assert!(
+        msg.contains("`roceQos.dscp`") && msg.contains("64"),
+        "{msg}"
+    );
+    back_in_host(&veth.nic, &before).unwrap();
+    assert!(data.records().is_empty());
+}

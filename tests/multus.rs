@@ -246,9 +246,9 @@ fn every_recipe_nad_works_with_what_multus_injects() {
             }
         }
     }
-    // 8 NADs (4 single-network, 4 rails) x 2 injections x 2 pod requests, one rdma-ns plugin
-    // each.
-    assert_eq!(ran, 32);
+    // 9 NADs (5 single-network, one of them with roceQos; 4 rails) x 2 injections x 2 pod
+    // requests, one rdma-ns plugin each.
+    assert_eq!(ran, 36);
 }
 
 /// The move recipe fed a shared device plugin's index (a NAD pointed at the wrong resource):

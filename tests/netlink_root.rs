@@ -842,7 +842,7 @@ fn pod_requests_act_in_the_pod_whichever_handle_names_it() {
 fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
     use rdma_ns::kernel::conformance;
     type Scenario = fn(&dyn NetOps, Ns<'_>, &Link, &str) -> Result<(), String>;
-    let scenarios: [(&str, Scenario, &str); 7] = [
+    let scenarios: [(&str, Scenario, &str); 8] = [
         (
             "a move keeps the ifindex",
             conformance::a_move_keeps_the_ifindex,
@@ -878,6 +878,11 @@ fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
             conformance::ipv4_conf_is_the_links_until_it_moves,
             "net1",
         ),
+        (
+            "an alias goes with its link",
+            conformance::an_alias_goes_with_its_link,
+            "net1",
+        ),
     ];
     for (what, scenario, ifname) in scenarios {
         let mut s = Scratch::new();
@@ -893,4 +898,97 @@ fn the_real_kernel_behaves_as_the_conformance_scenarios_say() {
         let dev = host_link(&k, &a);
         scenario(&k, Ns::Pod(&pod), &dev, ifname).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
+}
+
+/// DCB netlink against this kernel: a veth has no DCB ops, so DCB_CMD_IEEE_GET answers
+/// EOPNOTSUPP (None) and so does the pause query; the presence twin is the loopback's name,
+/// which the kernel resolves (no ENODEV) before it finds no DCB either, against a name that is
+/// no netdev.
+#[test]
+fn dcb_and_pause_of_a_veth_are_none_and_of_no_netdev_an_error() {
+    use rdma_ns::kernel::netlink::{NlSocket, Route};
+    use rdma_ns::kernel::{dcbnl, ethtool};
+    let mut s = Scratch::new();
+    let (a, b) = (s.name("a"), s.name("b"));
+    s.veth(&a, &b);
+    let mut sock = NlSocket::<Route>::open().unwrap();
+    assert_eq!(dcbnl::query(&mut sock, &a).unwrap(), None);
+    assert_eq!(ethtool::pause(&a).unwrap(), None);
+    let missing = dcbnl::query(&mut sock, "rdmans-nosuch").unwrap_err();
+    assert_ne!(missing.errno, nix::libc::EOPNOTSUPP, "{missing:?}");
+    assert_eq!(
+        ethtool::pause("rdmans-nosuch").unwrap_err().raw_os_error(),
+        Some(nix::libc::ENODEV)
+    );
+}
+
+/// iproute2's own `dcb` reads the DCB replies the doctor's tests use (tests/data/dcb, built by
+/// build.py from dcbnl.c's layout, since no NIC here answers DCB) as rdma-ns's decoder does:
+/// tests/support/dcb-replay.c hands them to it in place of the kernel, and keeps the request
+/// dcb sent, which must be rdma-ns's byte for byte.
+#[test]
+fn dcb_reads_the_fixture_replies_as_the_doctor_does() {
+    use rdma_ns::kernel::dcbnl;
+    let dir = std::env::temp_dir().join(format!("rdma-ns-dcb-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shim = dir.join("dcb-replay.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg("tests/support/dcb-replay.c")
+        .arg("-ldl")
+        .status()
+        .expect("cc (gcc) builds the replay shim");
+    assert!(built.success());
+    for fixture in ["mlx5-lossless", "mlx5-pcp-no-pfc", "mlx5-dscp26-prio0"] {
+        let file = format!("tests/data/dcb/{fixture}.hex");
+        let request = dir.join("request.hex");
+        let dcb = |args: &[&str]| -> serde_json::Value {
+            let out = Command::new("dcb")
+                .args(args)
+                .env("LD_PRELOAD", &shim)
+                .env("DCB_REPLAY", &file)
+                .env("DCB_REPLAY_REQUEST", &request)
+                .output()
+                .expect("iproute2's dcb");
+            assert!(out.status.success(), "{fixture}: dcb {args:?}: {out:?}");
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        let pfc = dcb(&["-j", "pfc", "show", "dev", "lo"]);
+        let app = dcb(&["-j", "-N", "app", "show", "dev", "lo"]);
+        let sent = std::fs::read_to_string(&request).unwrap();
+        let seq = u32::from_str_radix(&sent[16..24], 16).unwrap().swap_bytes();
+        let ours: String = dcbnl::ieee_get(seq, "lo")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(sent, ours, "{fixture}: the request");
+
+        let text: String = std::fs::read_to_string(&file)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let bytes: Vec<u8> = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect();
+        let ieee = dcbnl::decode_ieee(&bytes[16..]).unwrap();
+        let theirs: Vec<bool> = serde_json::from_value(pfc["prio_pfc"].clone()).unwrap();
+        let mine: Vec<bool> = (0..8).map(|p| ieee.pfc_enabled(p)).collect();
+        assert_eq!(mine, theirs, "{fixture}: PFC per priority");
+        let mut theirs: Vec<(u16, u8)> = app
+            .get("dscp_prio")
+            .map(|v| serde_json::from_value(v.clone()).unwrap())
+            .unwrap_or_default();
+        let mut mine: Vec<(u16, u8)> = ieee
+            .apps
+            .iter()
+            .filter(|a| a.selector == dcbnl::IEEE_8021QAZ_APP_SEL_DSCP)
+            .map(|a| (a.protocol, a.priority))
+            .collect();
+        theirs.sort();
+        mine.sort();
+        assert_eq!(mine, theirs, "{fixture}: the DSCP map");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

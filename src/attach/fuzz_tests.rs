@@ -128,30 +128,7 @@ proptest! {
             }
             Err(e) => check_rejection(&e, &[2, 6, 7])?,
         }
-        match permissions::from_conf(&conf) {
-            Ok(Some(p)) => {
-                for mode in [p.uverbs, p.umad, p.issm, p.rdma_cm].into_iter().flatten() {
-                    prop_assert!(mode <= 0o777);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => check_rejection(&e, &[6, 7])?,
-        }
-        match device_info::path_from_conf(&conf) {
-            Ok(Some(p)) => prop_assert!(p.is_absolute()),
-            Ok(None) => {}
-            Err(e) => check_rejection(&e, &[6, 7])?,
-        }
-        match rail::from_conf(&conf) {
-            Ok(Some(r)) => {
-                prop_assert!((1..32766).contains(&r.priority));
-                prop_assert!(r.table.map_or(true, |t| t != 0 && !(252..=255).contains(&t)));
-                prop_assert!(matches!(r.arp_ignore, 0..=3 | 8));
-                prop_assert!(r.arp_announce <= 2 && r.rp_filter <= 2);
-            }
-            Ok(None) => {}
-            Err(e) => check_rejection(&e, &[6, 7])?,
-        }
+        steps_hold(&conf)?;
     }
 
     /// The device-info file as Multus or a device plugin may have left it: refused with code
@@ -252,4 +229,46 @@ fn record_path(data_dir: &Path) -> std::path::PathBuf {
     }
     assert_eq!(found.len(), 1, "{found:?}");
     found.pop().unwrap()
+}
+
+/// The steps' own fields of a decoded conf: refused with 6 or 7, or accepted within their
+/// documented ranges.
+fn steps_hold(conf: &NetConf) -> Result<(), TestCaseError> {
+    match permissions::from_conf(conf) {
+        Ok(Some(p)) => {
+            for mode in [p.uverbs, p.umad, p.issm, p.rdma_cm].into_iter().flatten() {
+                prop_assert!(mode <= 0o777);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => check_rejection(&e, &[6, 7])?,
+    }
+    match device_info::path_from_conf(conf) {
+        Ok(Some(p)) => prop_assert!(p.is_absolute()),
+        Ok(None) => {}
+        Err(e) => check_rejection(&e, &[6, 7])?,
+    }
+    match crate::attach::qos::from_conf(conf) {
+        Ok(Some(q)) => {
+            prop_assert!(q.dscp <= 63 && q.priority <= 7);
+            prop_assert!(q.fifo_dscp.map_or(true, |d| d <= 63));
+            let alias = q.to_alias();
+            prop_assert_eq!(crate::qos::RoceQos::from_alias(&alias), Ok(Some(q)));
+        }
+        Ok(None) => {}
+        Err(e) => check_rejection(&e, &[6, 7])?,
+    }
+    match rail::from_conf(conf) {
+        Ok(Some(r)) => {
+            prop_assert!((1..32766).contains(&r.priority));
+            prop_assert!(r
+                .table
+                .map_or(true, |t| t != 0 && !(252..=255).contains(&t)));
+            prop_assert!(matches!(r.arp_ignore, 0..=3 | 8));
+            prop_assert!(r.arp_announce <= 2 && r.rp_filter <= 2);
+        }
+        Ok(None) => {}
+        Err(e) => check_rejection(&e, &[6, 7])?,
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! beside the kernel work, the final record, and the one DEL frame (release, published things,
 //! IPAM, record).
 
-use crate::attach::config::{self, PluginConf};
+use crate::attach::config::{self, AddConf, PluginConf};
 use crate::attach::plan;
 use crate::attach::plan::Plan;
 use crate::attach::record::{self, Attachment, Phase};
@@ -14,10 +14,13 @@ use crate::error::{Error, Result};
 use crate::kernel::Netns;
 
 /// The intent record, written durably before the first kernel change so that a plugin killed
-/// mid-ADD leaves DEL something to go by; its undo removes it.
+/// mid-ADD leaves DEL something to go by; its undo removes it. Then each step of `conf` reads
+/// what it must before the mode moves anything (`StepAdd::before_moves`), recording it in
+/// `att`.
 pub fn write_intent<'a>(
     ctx: &'a Ctx<'a>,
-    att: &Attachment,
+    conf: &AddConf<'_>,
+    att: &mut Attachment,
     plan: &mut plan::Plan<'a>,
 ) -> Result<()> {
     ctx.store.save(att)?;
@@ -27,7 +30,11 @@ pub fn write_intent<'a>(
         att.ifname.clone(),
     );
     plan.on_undo("state-intent", move || ctx.store.remove(&net, &cid, &ifn));
-    plan.checkpoint("state-intent")
+    plan.checkpoint("state-intent")?;
+    for step in &conf.steps {
+        step.before_moves(ctx, att, plan)?;
+    }
+    Ok(())
 }
 
 /// Runs `work` (a mode's first kernel steps, registering their undo on `plan`) with IPAM ADD

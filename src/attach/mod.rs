@@ -14,6 +14,7 @@ pub mod modes;
 pub mod operations;
 pub mod permissions;
 pub mod plan;
+pub mod qos;
 pub mod rail;
 pub mod record;
 pub mod select;

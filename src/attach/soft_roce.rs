@@ -413,11 +413,13 @@ fn wait_until_active(
 }
 
 /// The device is the pod's like the mode's own: its char devices get `devicePermissions`, the
-/// device-info file names it, and its GID table is where the pod IPs' GIDs are waited for,
-/// first, so that the GIDs recorded are the pod's own device's.
+/// device-info file names it, `roceQos` writes its RDMA CM default, and its GID table is where
+/// the pod IPs' GIDs are waited for, first, so that the GIDs recorded are the pod's own
+/// device's.
 fn publish(pod: &mut PodSide<'_>, rec: &SoftRoceRecord) -> Result<()> {
     pod.ib_devices.push(rec.ibdev.clone());
     pod.info_ib_devices.push(rec.ibdev.clone());
+    pod.own_ports.push((rec.ibdev.clone(), PORT));
     let view = match rec.in_pod {
         true => GidView::Pod,
         false => GidView::Host,

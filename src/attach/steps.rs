@@ -50,6 +50,19 @@ pub trait StepAdd: std::fmt::Debug {
     /// Applies the step, registering its undo on `plan`, then its checkpoint (kill point).
     fn apply<'a>(&self, pod: &mut PodSide<'a>, plan: &mut Plan<'a>) -> Result<()>;
 
+    /// Runs once the intent record is written and before the mode moves or makes anything
+    /// (`lifecycle::write_intent`): for a step that must read, and record in `att`, what the
+    /// mode's move is about to reset in the host (RDMA CM's defaults of an ib device that
+    /// moves). Registers its undo and passes its checkpoint like `apply`.
+    fn before_moves<'a>(
+        &self,
+        _ctx: &'a Ctx<'a>,
+        _att: &mut Attachment,
+        _plan: &mut Plan<'a>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether it reads [`PodSide::ib_devices`]: a mode that must look them up before its
     /// device moves (while the host's /sys still shows it) does so only when a step reads them.
     fn reads_ib_devices(&self) -> bool {
@@ -83,11 +96,16 @@ pub struct PodSide<'a> {
     pub info_ib_devices: Vec<String>,
     /// Where the pod IPs' RoCE GIDs show, when the mode waits for them.
     pub gids: Option<GidSource>,
+    /// The RoCE ports (ib device, port) the kernel scopes to this pod alone: the mode's ib
+    /// device when it moved into the pod's netns, and a Soft-RoCE device of its own. Every
+    /// other port of `gids` is shared with the node.
+    pub own_ports: Vec<(String, u32)>,
 }
 
 impl<'a> PodSide<'a> {
     /// The attachment `att` of the request `req`, its device in the pod netns `netns`, ADD's
-    /// `result` so far: no pod interface, ib device or GIDs yet (the mode sets its own).
+    /// `result` so far: no pod interface, ib device or GIDs yet (the mode sets its own); the
+    /// mode's ib device among `own_ports` when it moved into the pod (its record says so).
     pub fn new(
         ctx: &'a Ctx<'a>,
         req: &'a Request,
@@ -96,6 +114,12 @@ impl<'a> PodSide<'a> {
         att: Attachment,
         result: CniResult,
     ) -> PodSide<'a> {
+        let own_ports = att
+            .ib_device()
+            .filter(|moved| !moved.infiniband)
+            .map(|moved| (moved.ibdev.clone(), moved.port))
+            .into_iter()
+            .collect();
         PodSide {
             ctx,
             req,
@@ -107,6 +131,7 @@ impl<'a> PodSide<'a> {
             ib_devices: Vec::new(),
             info_ib_devices: Vec::new(),
             gids: None,
+            own_ports,
         }
     }
 

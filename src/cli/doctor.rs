@@ -237,6 +237,7 @@ fn print(report: &Report, args: &Args) {
                 "ok": report.count(Severity::Ok),
                 "warn": report.count(Severity::Warn),
                 "fail": report.count(Severity::Fail),
+                "na": report.count(Severity::NotApplicable),
             },
             "exitCode": report.worst().exit_code(),
         });
@@ -282,11 +283,15 @@ fn table(report: &Report) -> String {
         }
     }
     s.push_str(&format!(
-        "{} OK, {} WARN, {} FAIL\n",
+        "{} OK, {} WARN, {} FAIL",
         report.count(Severity::Ok),
         report.count(Severity::Warn),
         report.count(Severity::Fail)
     ));
+    match report.count(Severity::NotApplicable) {
+        0 => s.push('\n'),
+        n => s.push_str(&format!(", {n} N/A\n")),
+    }
     s
 }
 

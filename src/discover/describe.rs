@@ -22,6 +22,10 @@ pub(super) fn describe(
         ..
     } = tie;
     let dev = dev.as_str();
+    let qos = iface
+        .alias
+        .as_deref()
+        .map_or(Ok(None), crate::qos::RoceQos::from_alias);
     let chosen = match brief.link_layer {
         LinkLayer::Ethernet => roce_gids(scope, dev, brief.index, iface, scan)?,
         LinkLayer::InfiniBand => port_gid(scope, dev, brief.index, iface)?,
@@ -56,6 +60,8 @@ pub(super) fn describe(
         auto_gid_index: chosen.auto,
         pci_address: placement.pci_address,
         numa_node: placement.numa_node,
+        roce_qos: qos.clone().ok().flatten(),
+        roce_qos_unreadable: qos.err(),
     })
 }
 

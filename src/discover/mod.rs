@@ -85,6 +85,8 @@ pub struct Iface {
     /// IFLA_LINK_NETNSID: that netns, by the id this netns knows it by; None when the lower
     /// lives in this netns.
     pub lower_netnsid: Option<i32>,
+    /// IFLA_IFALIAS: where rdma-ns puts the network's RoCE QoS (src/qos.rs).
+    pub alias: Option<String>,
 }
 
 impl Iface {
@@ -100,6 +102,7 @@ impl Iface {
             addrs,
             lower: link.link,
             lower_netnsid: link.link_netnsid,
+            alias: link.alias.clone(),
         }
     }
 
@@ -180,6 +183,12 @@ pub struct Finding {
     pub pci_address: Option<String>,
     /// The NUMA node of that PCI function; None when it has none.
     pub numa_node: Option<u32>,
+    /// The network's RoCE QoS, as rdma-ns put it in the interface's alias; None without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roce_qos: Option<crate::qos::RoceQos>,
+    /// Why an alias that starts like rdma-ns's could not be read as a QoS.
+    #[serde(skip)]
+    pub roce_qos_unreadable: Option<String>,
 }
 
 /// The GID index NCCL (for the address family of the chosen GID, as NCCL_IB_ADDR_FAMILY names
@@ -226,6 +235,11 @@ pub enum ProblemKind {
     /// NCCL_IB_ADDR_FAMILY takes one.
     GidFamilyConflict,
     MtuAboveActiveMtu,
+    /// The interface's alias starts like rdma-ns's RoCE QoS but does not read as one.
+    RoceQosUnreadable,
+    /// The rails' networks disagree on RoCE QoS: NCCL and UCX take one traffic class and SL
+    /// for every device.
+    RoceQosConflict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -21,6 +21,17 @@ pub(super) fn problems_of(f: &Finding, uverbs: &[CharDev], dev_dir: &Path) -> Ve
     if f.uverbs.is_none() {
         found.push((ProblemKind::NoUverbs, no_uverbs(f, uverbs, dev_dir)));
     }
+    if let Some(why) = &f.roce_qos_unreadable {
+        found.push((
+            ProblemKind::RoceQosUnreadable,
+            format!(
+                "its alias holds rdma-ns's RoCE QoS, but {why}: it is set by rdma-ns at ADD \
+                 (`ip link show {}` in the pod shows it); if something else changed it, CHECK \
+                 of the attachment says so, and a new ADD sets it again",
+                f.ifname
+            ),
+        ));
+    }
     if f.is_roce() {
         found.extend(roce_gid_problems(f));
     } else if f.link_layer == "InfiniBand" && f.gid_index.is_none() {

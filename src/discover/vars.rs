@@ -21,12 +21,20 @@
 //!   tells it the network header type; rxe's completions do not, so UCX reads an IPv4 packet's
 //!   header area as an IPv6 GRH and drops every packet, and UCX on the index env names stops
 //!   with "UD endpoint ... unhandled timeout error" (UCX 1.13 on rxe, Linux 7.3).
+//! - The RoCE QoS of the rails' network (rdma-ns puts it in each pod interface's alias, see
+//!   src/qos.rs): `NCCL_IB_TC` and `UCX_IB_TRAFFIC_CLASS` the traffic class byte, `NCCL_IB_SL`
+//!   and `UCX_IB_SL` the priority, `NCCL_IB_FIFO_TC` the FIFO DSCP's byte when the network
+//!   has one. NCCL and UCX take one value for every device, so the rails must agree: rails
+//!   with different QoS, or some with and some without, are a problem and none is set (a
+//!   class the switches map to a lossless priority on one rail's fabric may be lossy or
+//!   policed on another's; which to prefer is the network owner's call, not env's).
 
 use std::net::IpAddr;
 
 use serde::Serialize;
 
 use super::{Discovery, Finding, Problem, ProblemKind, Via};
+use crate::qos::RoceQos;
 
 /// The variables in the order they are printed.
 pub const NAMES: &[&str] = &[
@@ -35,9 +43,14 @@ pub const NAMES: &[&str] = &[
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
     "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_TC",
+    "NCCL_IB_SL",
+    "NCCL_IB_FIFO_TC",
     "NCCL_SOCKET_IFNAME",
     "UCX_NET_DEVICES",
     "UCX_IB_GID_INDEX",
+    "UCX_IB_TRAFFIC_CLASS",
+    "UCX_IB_SL",
     "UCX_UD_ETH_DGID_CHECK",
 ];
 
@@ -82,15 +95,54 @@ pub fn variables(d: &Discovery) -> (Vec<(&'static str, String)>, Vec<Problem>) {
         }
         out.push(("NCCL_IB_ROCE_VERSION_NUM", "2".to_string()));
     }
+    let qos = qos_choice(&usable, &mut problems);
+    if let Some(q) = qos {
+        out.push(("NCCL_IB_TC", q.traffic_class().to_string()));
+        out.push(("NCCL_IB_SL", q.priority.to_string()));
+        if let Some(fifo) = q.fifo_traffic_class() {
+            out.push(("NCCL_IB_FIFO_TC", fifo.to_string()));
+        }
+    }
     out.push(("NCCL_SOCKET_IFNAME", format!("={}", ifnames.join(","))));
     out.push(("UCX_NET_DEVICES", hcas.join(",")));
     if let Some(i) = index {
         out.push(("UCX_IB_GID_INDEX", i));
     }
+    if let Some(q) = qos {
+        out.push(("UCX_IB_TRAFFIC_CLASS", q.traffic_class().to_string()));
+        out.push(("UCX_IB_SL", q.priority.to_string()));
+    }
     if roce.iter().any(|f| is_soft_roce_on_ipv4(f)) {
         out.push(("UCX_UD_ETH_DGID_CHECK", "n".to_string()));
     }
     (out, problems)
+}
+
+/// The RoCE QoS every rail agrees on (None when none has one), or a problem naming each
+/// rail's and none.
+fn qos_choice(usable: &[&Finding], problems: &mut Vec<Problem>) -> Option<RoceQos> {
+    let first = usable.first()?.roce_qos;
+    if usable.iter().all(|f| f.roce_qos == first) {
+        return first;
+    }
+    let each = usable
+        .iter()
+        .map(|f| match &f.roce_qos {
+            Some(q) => format!("{} ({}): {q}", f.ifname, f.hca()),
+            None => format!("{} ({}): none", f.ifname, f.hca()),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    problems.push(Problem {
+        kind: ProblemKind::RoceQosConflict,
+        ifname: None,
+        msg: format!(
+            "the rails' networks disagree on roceQos ({each}), and NCCL and UCX take one \
+             traffic class and one SL for every device, so none is set: give the rails' \
+             networks the same roceQos (or none), or run a job on rails of one class"
+        ),
+    });
+    None
 }
 
 /// A Soft-RoCE device bound to the pod's interface, on an IPv4 GID: where UCX's UD
@@ -204,6 +256,9 @@ pub struct Rail {
     pub numa_node: Option<u32>,
     /// None for a virtual device (rxe).
     pub pci_address: Option<String>,
+    /// The network's RoCE QoS, from the interface's alias.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roce_qos: Option<RoceQos>,
 }
 
 /// The usable interfaces, in the order of `NCCL_IB_HCA` and `NCCL_SOCKET_IFNAME`.
@@ -219,6 +274,7 @@ pub fn rails(d: &Discovery) -> Vec<Rail> {
             gid_index: f.gid_index.expect("usable"),
             numa_node: f.numa_node,
             pci_address: f.pci_address.clone(),
+            roce_qos: f.roce_qos,
         })
         .collect()
 }

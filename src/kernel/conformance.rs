@@ -326,6 +326,34 @@ pub fn ipv4_conf_is_the_links_until_it_moves(
     Ok(())
 }
 
+/// A link's alias is the link's: set in the host, it is there after a move into the pod as
+/// `ifname` (the kernel keeps it, so whoever set it must put it back), reads back as set, and
+/// an empty one removes it.
+pub fn an_alias_goes_with_its_link(
+    k: &dyn NetOps,
+    pod: Ns<'_>,
+    dev: &Link,
+    ifname: &str,
+) -> Outcome {
+    let alias_in = |ns: Ns<'_>| -> Result<Option<String>, String> {
+        Ok(find(k, ns, dev.index)?.ok_or("the link is gone")?.alias)
+    };
+    let text = "rdma-ns roceQos dscp=26 ecn=1 priority=3";
+    ok("set the alias", k.set_alias(Ns::Host, dev.index, text))?;
+    if alias_in(Ns::Host)?.as_deref() != Some(text) {
+        return Err(format!("the alias reads {:?}", alias_in(Ns::Host)?));
+    }
+    a_move_keeps_the_ifindex(k, pod, dev, ifname)?;
+    if alias_in(pod)?.as_deref() != Some(text) {
+        return Err(format!("moved, the alias reads {:?}", alias_in(pod)?));
+    }
+    ok("remove the alias", k.set_alias(pod, dev.index, ""))?;
+    match alias_in(pod)? {
+        None => Ok(()),
+        Some(a) => Err(format!("an empty alias left {a:?}")),
+    }
+}
+
 fn device_index(rdma: &dyn RdmaOps, ns: Ns<'_>, name: &str) -> Result<Option<u32>, String> {
     rdma.device_index(ns, name).map_err(|e| e.to_string())
 }
@@ -419,6 +447,75 @@ pub fn a_rxe_device_goes_with_its_netdev(
     Ok(())
 }
 
+fn cm_read(rdma: &dyn RdmaOps, name: &str, what: &str) -> Result<u8, String> {
+    rdma.cm_default_tos(name, 1)
+        .map_err(|e| format!("{what}: reading {name}'s default: {e}"))
+}
+
+fn cm_expect(rdma: &dyn RdmaOps, name: &str, want: u8, what: &str) -> Outcome {
+    match cm_read(rdma, name, what)? {
+        got if got == want => Ok(()),
+        got => Err(format!(
+            "{what}: {name}'s default_roce_tos is {got}, want {want}"
+        )),
+    }
+}
+
+/// RDMA CM's default ToS of the ib device `name` (in the host netns, port 1, no configfs
+/// group yet, never moved): 0 at first; kept by the device, not its group, so a group removed
+/// and made again reads what was written; reset to 0 by a move into `pod` and by the move
+/// back; a group for a name no device has is ENODEV, a second group EEXIST. Leaves the device
+/// in the host without a group.
+pub fn rdma_cm_defaults_stay_with_the_device_until_it_moves(
+    rdma: &dyn RdmaOps,
+    pod: Ns<'_>,
+    name: &str,
+) -> Outcome {
+    let step = |what: &str, r: KResult<()>| r.map_err(|e| format!("{what}: {e}"));
+    if rdma.cm_availability() != crate::kernel::rdma_cm::CmFs::Ready {
+        return Err("no rdma_cm directory in configfs".into());
+    }
+    step("make the group", rdma.cm_make_group(name))?;
+    cm_expect(rdma, name, 0, "a fresh device")?;
+    step("write", rdma.cm_set_default_tos(name, 1, 104))?;
+    cm_expect(rdma, name, 104, "after the write")?;
+    expect_eexist(rdma.cm_make_group(name), "a second group was made")?;
+    step("remove the group", rdma.cm_remove_group(name))?;
+    step("make it again", rdma.cm_make_group(name))?;
+    cm_expect(rdma, name, 104, "a group made again")?;
+    let index = device_index(rdma, Ns::Host, name)?.ok_or("the device is not in the host")?;
+    step("move into the pod", rdma.move_device(Ns::Host, index, pod))?;
+    cm_expect(rdma, name, 0, "moved into the pod")?;
+    step("write in the pod", rdma.cm_set_default_tos(name, 1, 96))?;
+    cm_expect(rdma, name, 96, "written in the pod")?;
+    step("move back", rdma.move_device(pod, index, Ns::Host))?;
+    cm_expect(rdma, name, 0, "moved back")?;
+    step("remove the group", rdma.cm_remove_group(name))?;
+    expect_errno(
+        rdma.cm_make_group("rdmans_nosuchdev"),
+        nix::errno::Errno::ENODEV,
+        "a group was made for a device that does not exist",
+    )
+}
+
+/// The group of the ib device `name` outlives the device: a read through it is ENODEV once the
+/// device is deleted, and the group can still be removed.
+pub fn a_deleted_devices_group_reads_enodev(rdma: &dyn RdmaOps, name: &str) -> Outcome {
+    rdma.cm_make_group(name)
+        .map_err(|e| format!("make the group: {e}"))?;
+    cm_expect(rdma, name, 0, "before the delete")?;
+    deleting_a_rxe_link_removes_its_device(rdma, name)?;
+    let read = rdma.cm_default_tos(name, 1).map(drop);
+    let outcome = expect_errno(
+        read,
+        nix::errno::Errno::ENODEV,
+        "a gone device's default read",
+    );
+    rdma.cm_remove_group(name)
+        .map_err(|e| format!("remove the group of a gone device: {e}"))?;
+    outcome
+}
+
 /// The scenarios against the fake host; tests/netlink_root.rs runs them against the real kernel.
 #[cfg(test)]
 mod tests {
@@ -464,6 +561,7 @@ mod tests {
         super::a_table_holds_one_route_per_destination(&host(), pod, &nic(), "net1").unwrap();
         super::routes_go_with_their_link_and_rules_stay(&host(), pod, &nic(), "net1").unwrap();
         super::ipv4_conf_is_the_links_until_it_moves(&host(), pod, &nic(), "net1").unwrap();
+        super::an_alias_goes_with_its_link(&host(), pod, &nic(), "net1").unwrap();
     }
 
     /// The pod's `net9` and a second netdev `net8` there, for the Soft-RoCE scenarios.
@@ -498,5 +596,18 @@ mod tests {
             let within = Duration::from_millis(100);
             super::a_rxe_device_goes_with_its_netdev(&rdma, &k, pod, 30, name, within).unwrap();
         }
+    }
+
+    #[test]
+    fn the_fake_rdma_cm_behaves_as_the_scenarios_say() {
+        let ns = Netns::open(std::path::Path::new(POD)).unwrap();
+        let pod = Ns::Pod(&ns);
+        let k = host();
+        k.state.borrow_mut().netns_mode = Some(crate::kernel::nldev::NetnsMode::Exclusive);
+        let rdma = k.rdma();
+        let name = "rxe_conformance";
+        rdma.add_link(pod, name, "rxe", "net9").unwrap();
+        super::rdma_cm_defaults_stay_with_the_device_until_it_moves(&rdma, pod, name).unwrap();
+        super::a_deleted_devices_group_reads_enodev(&rdma, name).unwrap();
     }
 }

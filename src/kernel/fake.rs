@@ -28,9 +28,11 @@ use crate::kernel::rtnetlink::{
 use crate::kernel::{KResult, KernelError, Ns};
 
 mod rdma;
+mod rdma_cm;
 mod routing;
 
 pub use rdma::FakeRdma;
+pub use rdma_cm::FakeCm;
 
 /// Any real netns file works as the pod for the fake: only its path is used, as a key.
 pub const POD: &str = "/proc/self/ns/net";
@@ -93,6 +95,11 @@ pub enum Call {
         ns: NsKey,
         index: u32,
         altname: String,
+    },
+    SetAlias {
+        ns: NsKey,
+        index: u32,
+        alias: String,
     },
     Addresses {
         ns: NsKey,
@@ -179,6 +186,25 @@ pub enum Call {
         ns: NsKey,
         port: u16,
     },
+    /// RDMA CM's configfs, which is the node's: no netns.
+    CmGroupExists {
+        name: String,
+    },
+    CmMakeGroup {
+        name: String,
+    },
+    CmRemoveGroup {
+        name: String,
+    },
+    CmDefaultTos {
+        name: String,
+        port: u32,
+    },
+    CmSetDefaultTos {
+        name: String,
+        port: u32,
+        tos: u8,
+    },
 }
 
 impl Call {
@@ -199,6 +225,19 @@ impl Call {
                 | Call::MoveIb { .. }
                 | Call::IbPortState { .. }
         ) || self.is_rdma_link()
+            || self.is_rdma_cm()
+    }
+
+    /// A call into RDMA CM's configfs.
+    pub fn is_rdma_cm(&self) -> bool {
+        matches!(
+            self,
+            Call::CmGroupExists { .. }
+                | Call::CmMakeGroup { .. }
+                | Call::CmRemoveGroup { .. }
+                | Call::CmDefaultTos { .. }
+                | Call::CmSetDefaultTos { .. }
+        )
     }
 }
 
@@ -226,6 +265,7 @@ impl fmt::Display for Call {
             Call::DelAltname { ns, index, altname } => {
                 write!(f, "del_altname {ns} {index} {altname}")
             }
+            Call::SetAlias { ns, index, alias } => write!(f, "set_alias {ns} {index} {alias:?}"),
             Call::Addresses { ns, index } => write!(f, "addresses {ns} {index}"),
             Call::AddAddress { ns, index, addr } => write!(f, "add_address {ns} {index} {addr}"),
             Call::DelAddress { ns, index, addr } => write!(f, "del_address {ns} {index} {addr}"),
@@ -264,6 +304,13 @@ impl fmt::Display for Call {
             ),
             Call::DeleteRdmaLink { ns, index } => write!(f, "delete_rdma_link {ns} {index}"),
             Call::UdpPortBound { ns, port } => write!(f, "udp_port_bound {ns} {port}"),
+            Call::CmGroupExists { name } => write!(f, "cm_group_exists {name}"),
+            Call::CmMakeGroup { name } => write!(f, "cm_make_group {name}"),
+            Call::CmRemoveGroup { name } => write!(f, "cm_remove_group {name}"),
+            Call::CmDefaultTos { name, port } => write!(f, "cm_default_tos {name} port {port}"),
+            Call::CmSetDefaultTos { name, port, tos } => {
+                write!(f, "cm_set_default_tos {name} port {port} = {tos}")
+            }
         }
     }
 }
@@ -313,6 +360,8 @@ pub struct FakeState {
     /// can be moved in exclusive mode. Before (6.1): one socket in the host netns, opened when
     /// the module loads, and a move is EOPNOTSUPP.
     pub rxe_netns_sockets: bool,
+    /// RDMA CM's configfs: groups, and the defaults of the devices.
+    pub cm: FakeCm,
     pub calls: Vec<Call>,
     fail: Vec<(CallPredicate, i32)>,
     partial_rename_failure: Option<CallPredicate>,
@@ -333,6 +382,7 @@ impl Default for FakeState {
             rxe: Vec::new(),
             rxe_module: true,
             rxe_netns_sockets: true,
+            cm: FakeCm::default(),
             calls: Vec::new(),
             fail: Vec::new(),
             partial_rename_failure: None,
@@ -372,6 +422,9 @@ impl FakeState {
             .collect();
         self.rxe.retain(|r| !gone.contains(&r.index));
         self.ib_devices.retain(|(_, _, i)| !gone.contains(i));
+        for index in gone {
+            self.cm.client_removed(index);
+        }
     }
 
     /// The part of a combined change the kernel applies before a failed rename: the link is in
@@ -603,6 +656,26 @@ impl NetOps for FakeKernel {
                 l.altnames.retain(|a| a != altname);
             }
         }
+        Ok(())
+    }
+
+    /// As the kernel: an empty alias is none; a missing link is ENODEV.
+    fn set_alias(&self, ns: Ns<'_>, index: u32, alias: &str) -> KResult<()> {
+        let key = NsKey::of(ns);
+        let call = Call::SetAlias {
+            ns: key.clone(),
+            index,
+            alias: alias.to_string(),
+        };
+        let op = call.to_string();
+        self.record(call, ns, "")?;
+        let mut st = self.state.borrow_mut();
+        let link = st
+            .links
+            .iter_mut()
+            .find(|(k, l)| k == &key && l.index == index)
+            .ok_or_else(|| KernelError::new(op, "", ns, nix::libc::ENODEV))?;
+        link.1.alias = (!alias.is_empty()).then(|| alias.to_string());
         Ok(())
     }
 

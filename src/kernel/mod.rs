@@ -18,14 +18,20 @@
 //!   [`rdma_ops`] (the trait method, `RealRdma`), then `fake.rs`.
 //! - Facts read from files: [`sysfs`] (the one root) and [`topology`] (ib devices, ports,
 //!   GIDs, char devices and the PCI functions behind them); [`netns`] for namespace handles.
+//! - RDMA CM's per-port defaults in configfs: [`rdma_cm`] (files below the same root), which
+//!   [`RdmaOps`](rdma_ops::RdmaOps) offers the steps beside NLDEV, so the fake host keeps them
+//!   as the kernel does (a move resets them).
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod conformance;
+pub mod dcbnl;
+pub mod ethtool;
 #[cfg(test)]
 pub mod fake;
 pub mod netlink;
 pub mod netns;
 pub mod nldev;
+pub mod rdma_cm;
 pub mod rdma_ops;
 pub mod rtnetlink;
 pub mod sock_diag;

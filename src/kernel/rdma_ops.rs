@@ -1,7 +1,8 @@
-//! What the attachment steps need from RDMA netlink, behind a narrow trait ([`RdmaOps`]) so
-//! every ib-device step and its failure can be exercised without RDMA hardware;
-//! [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one socket, and
-//! asks sock_diag whether Soft-RoCE's UDP socket is where a pod needs it.
+//! What the attachment steps need from the RDMA subsystem, behind a narrow trait
+//! ([`RdmaOps`]) so every ib-device step and its failure can be exercised without RDMA
+//! hardware; [`RealRdma`] implements it with [`RdmaNetlink`], the NLDEV operations on one
+//! socket, asks sock_diag whether Soft-RoCE's UDP socket is where a pod needs it, and reads and
+//! writes RDMA CM's defaults in configfs ([`RdmaCmFs`]).
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::hash_map::Entry;
@@ -12,6 +13,8 @@ use nix::errno::Errno;
 
 use crate::kernel::netlink::{NlError, NlSocket, Rdma, Reply, SockDiag};
 use crate::kernel::nldev::{self, request, NetnsMode, RdmaDev, RdmaPort};
+use crate::kernel::rdma_cm::{CmFs, RdmaCmFs};
+use crate::kernel::sysfs::SysRoot;
 use crate::kernel::{KResult, KernelError, Netns, Ns};
 
 pub trait RdmaOps {
@@ -23,7 +26,8 @@ pub trait RdmaOps {
     fn device_index(&self, ns: Ns<'_>, name: &str) -> KResult<Option<u32>>;
     /// RDMA_NLDEV_CMD_SET + NET_NS_FD, sent on a socket opened in `ns` (the device's current
     /// netns: a socket acts in the netns it was opened in, and from any other the device is
-    /// invisible in exclusive mode).
+    /// invisible in exclusive mode), by a thread in `ns` too: the kernel moves a device only
+    /// for a task in the device's netns.
     fn move_device(&self, ns: Ns<'_>, index: u32, target: Ns<'_>) -> KResult<()>;
     /// The IB port state number ([`PORT_ACTIVE`] when it is up) as seen from `ns`.
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>>;
@@ -36,6 +40,21 @@ pub trait RdmaOps {
     fn delete_link(&self, ns: Ns<'_>, index: u32) -> KResult<()>;
     /// Whether a UDP socket is bound to `port` in `ns` (sock_diag, as `ss -uan` asks).
     fn udp_port_bound(&self, ns: Ns<'_>, port: u16) -> KResult<bool>;
+    /// Whether RDMA CM's configfs directory is there to write defaults in (kernel/rdma_cm.rs:
+    /// configfs is the node's, not a netns's, so none of the `cm_` calls takes one).
+    fn cm_availability(&self) -> CmFs;
+    /// Whether ib device `name` has an RDMA CM configfs group.
+    fn cm_group_exists(&self, name: &str) -> KResult<bool>;
+    /// Makes the group of ib device `name`: ENODEV when no ib device has that name, EEXIST
+    /// when the group exists.
+    fn cm_make_group(&self, name: &str) -> KResult<()>;
+    /// Removes the group (the device keeps its values); ENOENT when it is gone.
+    fn cm_remove_group(&self, name: &str) -> KResult<()>;
+    /// RDMA CM's default ToS of the port, through the device's group: ENOENT without a group,
+    /// ENODEV when the device is gone.
+    fn cm_default_tos(&self, name: &str, port: u32) -> KResult<u8>;
+    /// Sets it, through the device's group.
+    fn cm_set_default_tos(&self, name: &str, port: u32, tos: u8) -> KResult<()>;
 }
 
 /// IB_PORT_ACTIVE (ib_verbs.h `enum ib_port_state`), what [`RdmaOps::port_state`] reports for a
@@ -52,14 +71,32 @@ pub const ROCE_V2_PORT: u16 = 4791;
 /// reused while it is cached.
 ///
 /// [`RealKernel`]: crate::kernel::rtnetlink::RealKernel
-#[derive(Default)]
 pub struct RealRdma {
     host_ns: OnceCell<Netns>,
     host: OnceCell<RdmaNetlink>,
     pods: RefCell<HashMap<(u64, u64), RdmaNetlink>>,
+    cm: RdmaCmFs,
+}
+
+impl Default for RealRdma {
+    /// The node's: RDMA CM's configfs below `/sys`.
+    fn default() -> Self {
+        RealRdma::with_sysfs(&SysRoot::default())
+    }
 }
 
 impl RealRdma {
+    /// With RDMA CM's configfs below `sys` (`kernel/config/rdma_cm`), the root every sysfs
+    /// path goes through.
+    pub fn with_sysfs(sys: &SysRoot) -> Self {
+        RealRdma {
+            host_ns: OnceCell::new(),
+            host: OnceCell::new(),
+            pods: RefCell::new(HashMap::new()),
+            cm: RdmaCmFs::new(sys),
+        }
+    }
+
     /// Runs `f` with the socket of `ns`, opening it on first use. Errors name `ns` as the
     /// caller named it, whichever handle opened the cached socket.
     fn with_socket<T>(&self, ns: Ns<'_>, f: impl FnOnce(&RdmaNetlink) -> KResult<T>) -> KResult<T> {
@@ -129,7 +166,26 @@ impl RdmaOps for RealRdma {
             Ns::Host => self.host_netns()?.fd(),
             Ns::Pod(n) => n.fd(),
         };
-        self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd))
+        let Ns::Pod(from) = ns else {
+            return self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd));
+        };
+        // device.c `rdma_dev_change_netns` answers ENODEV unless the netns of the task that
+        // sends the request is the device's: a socket opened in the pod is not enough (seen on
+        // Linux 7.3 moving a rxe device back out of a pod). So the pod's socket is opened
+        // first, and the request goes out with the thread inside the pod.
+        self.with_socket(ns, |_| Ok(()))?;
+        let home = self.host_netns()?;
+        let sent = from.run_in(home, || {
+            Ok(self.with_socket(ns, |s| s.move_device_to_netns(index, target_fd)))
+        });
+        sent.map_err(|e| {
+            KernelError::new(
+                "enter the netns to move the ib device out of it",
+                format!("ib device index {index}"),
+                ns,
+                e.raw_os_error().unwrap_or(0),
+            )
+        })?
     }
 
     fn port_state(&self, ns: Ns<'_>, index: u32, port: u32) -> KResult<Option<u8>> {
@@ -153,6 +209,30 @@ impl RdmaOps for RealRdma {
         }
         .map_err(|e| error(e.into()))?;
         crate::kernel::sock_diag::udp_port_bound(&mut sock, port).map_err(error)
+    }
+
+    fn cm_availability(&self) -> CmFs {
+        self.cm.availability()
+    }
+
+    fn cm_group_exists(&self, name: &str) -> KResult<bool> {
+        self.cm.group_exists(name)
+    }
+
+    fn cm_make_group(&self, name: &str) -> KResult<()> {
+        self.cm.make_group(name)
+    }
+
+    fn cm_remove_group(&self, name: &str) -> KResult<()> {
+        self.cm.remove_group(name)
+    }
+
+    fn cm_default_tos(&self, name: &str, port: u32) -> KResult<u8> {
+        self.cm.default_tos(name, port)
+    }
+
+    fn cm_set_default_tos(&self, name: &str, port: u32, tos: u8) -> KResult<()> {
+        self.cm.set_default_tos(name, port, tos)
     }
 }
 

@@ -32,6 +32,10 @@ pub struct RdmaNetwork {
     pub rdma_device: Option<String>,
     pub device_id: Option<String>,
     pub permissions: Option<DevicePermissions>,
+    /// `roceQos`, as ADD reads it.
+    pub roce_qos: Option<crate::qos::RoceQos>,
+    /// `softRoce`: each pod gets an ib device of its own.
+    pub soft_roce: bool,
     pub data_dir: PathBuf,
 }
 
@@ -141,6 +145,8 @@ fn decode(source: &str, text: &str, entry: &Map<String, Value>) -> Result<RdmaNe
     let conf = NetConf::parse(text.as_bytes(), Command::Add).map_err(|e| e.to_string())?;
     let plugin = PluginConf::from_conf(&conf).map_err(|e| e.to_string())?;
     let permissions = permissions::from_conf(&conf).map_err(|e| e.to_string())?;
+    let roce_qos = crate::attach::qos::from_conf(&conf).map_err(|e| e.to_string())?;
+    let soft_roce = crate::attach::soft_roce::enabled(&conf).map_err(|e| e.to_string())?;
     let string = |key: &str| {
         entry
             .get(key)
@@ -164,6 +170,8 @@ fn decode(source: &str, text: &str, entry: &Map<String, Value>) -> Result<RdmaNe
         rdma_device: string("rdmaDevice"),
         device_id: string("deviceID").or_else(|| string("pciBusID")),
         permissions,
+        roce_qos,
+        soft_roce,
         data_dir: plugin.data_dir,
     })
 }

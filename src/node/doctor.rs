@@ -19,6 +19,7 @@ mod netns_mode;
 mod pcie;
 mod peers;
 mod ports;
+mod qos;
 mod roce;
 
 use std::collections::BTreeSet;
@@ -41,11 +42,16 @@ use netns_mode::NetnsModeCheck;
 use pcie::PcieCheck;
 use peers::PeerCheck;
 use ports::{DevicesCheck, PortsCheck};
+use qos::QosCheck;
 pub use roce::roce_active_mtu;
 use roce::RoceCheck;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Severity {
+    /// The check does not apply to the object (a virtual NIC has no DCB): said, and neither a
+    /// pass nor a problem; it ranks below OK, so it never decides the exit code.
+    #[serde(rename = "N/A")]
+    NotApplicable,
     #[serde(rename = "OK")]
     Ok,
     #[serde(rename = "WARN")]
@@ -58,7 +64,7 @@ impl Severity {
     /// The exit code of a run whose worst finding is this: 0, 1, 2 (usable as a probe).
     pub fn exit_code(self) -> u8 {
         match self {
-            Severity::Ok => 0,
+            Severity::NotApplicable | Severity::Ok => 0,
             Severity::Warn => 1,
             Severity::Fail => 2,
         }
@@ -68,6 +74,7 @@ impl Severity {
 impl fmt::Display for Severity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Severity::NotApplicable => "N/A",
             Severity::Ok => "OK",
             Severity::Warn => "WARN",
             Severity::Fail => "FAIL",
@@ -190,14 +197,7 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
     }
     .check(&mut r);
     RoceCheck { topo, net, devices }.check(&mut r);
-    let records = if opts.pod {
-        Vec::new()
-    } else {
-        DataDirCheck {
-            dirs: &node.data_dirs,
-        }
-        .check(&mut r)
-    };
+    let records = records_and_qos(node, topo, net, opts, mode, &mut r);
     CharDevCheck {
         node,
         topo,
@@ -212,6 +212,35 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
     }
     .check(&mut r);
     r
+}
+
+/// The node's own checks of the attachment records and, with them, of the networks' RoCE QoS
+/// (a pod has neither to look at): the records, for the checks after them.
+fn records_and_qos(
+    node: &Node,
+    topo: &RdmaSysfs<'_>,
+    net: &dyn NetView,
+    opts: &Options,
+    mode: Option<NetnsMode>,
+    r: &mut Report,
+) -> Vec<crate::attach::record::Attachment> {
+    if opts.pod {
+        return Vec::new();
+    }
+    let records = DataDirCheck {
+        dirs: &node.data_dirs,
+    }
+    .check(r);
+    QosCheck {
+        node,
+        topo,
+        net,
+        networks: &opts.networks,
+        records: &records,
+        mode,
+    }
+    .check(r);
+    records
 }
 
 /// The ib devices every check looks at; a topology that cannot be read is a FAIL of its own.

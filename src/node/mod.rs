@@ -15,6 +15,8 @@ pub mod values;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use crate::kernel::dcbnl::DcbIeee;
+use crate::kernel::ethtool::Pause;
 use crate::kernel::nldev::NetnsMode;
 use crate::kernel::sysfs::SysRoot;
 
@@ -98,6 +100,10 @@ pub trait NetView {
     /// The netdev's name when `name` is one of its altnames; None when no netdev has it.
     fn resolve_name(&self, name: &str) -> Option<String>;
     fn netns_mode(&self) -> Result<NetnsMode, String>;
+    /// The netdev's IEEE DCB configuration (DCB netlink); None when its driver has no DCB.
+    fn dcb(&self, ifname: &str) -> Result<Option<DcbIeee>, String>;
+    /// The netdev's global pause settings; None when its driver has none.
+    fn pause(&self, ifname: &str) -> Result<Option<Pause>, String>;
 }
 
 /// The kernel, through rtnetlink and RDMA netlink; sockets are opened on first use (neither
@@ -150,5 +156,24 @@ impl NetView for KernelView {
         crate::kernel::rdma_ops::RdmaNetlink::open()
             .and_then(|nl| nl.get_netns_mode())
             .map_err(|e| e.to_string())
+    }
+
+    fn dcb(&self, ifname: &str) -> Result<Option<DcbIeee>, String> {
+        use crate::kernel::netlink::{NlSocket, Route};
+        let mut sock = NlSocket::<Route>::open()
+            .map_err(|e| format!("cannot open an rtnetlink socket: {e}"))?;
+        crate::kernel::dcbnl::query(&mut sock, ifname).map_err(|e| {
+            crate::kernel::KernelError::netlink(
+                "read the IEEE DCB configuration",
+                ifname,
+                crate::kernel::Ns::Host,
+                e,
+            )
+            .to_string()
+        })
+    }
+
+    fn pause(&self, ifname: &str) -> Result<Option<Pause>, String> {
+        crate::kernel::ethtool::pause(ifname).map_err(|e| format!("{ifname}: pause settings: {e}"))
     }
 }

@@ -259,7 +259,11 @@ fn apply(
 ) {
     let (target, value) = match field.action {
         Action::Maps(to) => (to, Some(value.clone())),
-        Action::MapsWith(to, convert) => (to, convert(value)),
+        Action::MapsWith(to, convert) => {
+            let (converted, notes) = convert(value);
+            warnings.extend(notes.into_iter().map(|n| format!("{ty}.{path}: {n}")));
+            (to, converted)
+        }
         Action::Carries => (field.name, Some(value.clone())),
         Action::Drops => {
             warnings.push(format!("{ty}.{path}: not carried: {}", field.why));

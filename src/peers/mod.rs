@@ -69,14 +69,19 @@ pub enum Action {
     /// Into this field of the rdma-ns entry (README's configuration reference lists it), value
     /// unchanged.
     Maps(&'static str),
-    /// Into this field of the rdma-ns entry, the value converted (None: nothing written).
-    MapsWith(&'static str, fn(&Value) -> Option<Value>),
+    /// Into this field of the rdma-ns entry, the value converted (None: nothing written), with
+    /// a warning for each decision the conversion took.
+    MapsWith(&'static str, fn(&Value) -> Converted),
     /// Carried over as it is: a protocol field on the rdma-ns entry, or any field of an entry
     /// that stays.
     Carries,
     /// Not carried; named on stderr with the reason.
     Drops,
 }
+
+/// A converted value (None: nothing written) and the decisions taken on the way, each a
+/// warning of `migrate`.
+pub type Converted = (Option<Value>, Vec<String>);
 
 #[derive(Debug)]
 pub struct Implied {

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::Action::{Carries, Drops, Maps, MapsWith};
-use super::{Field, Implied, Matching, Peer, Role};
+use super::{Converted, Field, Implied, Matching, Peer, Role};
 
 /// Fields of the conflist (or of a single conf's top level), the same for every peer.
 pub static CONFLIST_FIELDS: &[Field] = &[
@@ -23,8 +23,59 @@ pub static CONFLIST_FIELDS: &[Field] = &[
 ];
 
 /// rdma-cni's `args.cni.debug` switches its log to debug.
-fn debug_log_level(debug: &Value) -> Option<Value> {
-    (debug == &Value::Bool(true)).then(|| json!("debug"))
+fn debug_log_level(debug: &Value) -> Converted {
+    (
+        (debug == &Value::Bool(true)).then(|| json!("debug")),
+        Vec::new(),
+    )
+}
+
+/// Mellanox's rdma-cni fork's `rdmaQoS: {"tos", "tc"}` (types.go `RDMAQoS`, two uint32 that
+/// Go matches ignoring case): `tos` is a whole traffic class byte, which the fork writes into
+/// RDMA CM's default_roce_tos in the pod; `tc` is MLNX_OFED's per-device
+/// `tc/1/traffic_class`, which forces a class on every QP of the device, and has no rdma-ns
+/// field. roceQos has a priority, the fork none: DSCP's class (dscp >> 3) is written, the map
+/// an mlx5 port trusting DSCP starts with.
+fn roce_qos_of_rdma_qos(v: &Value) -> Converted {
+    let get = |key: &str| {
+        v.as_object()?
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_u64())
+    };
+    let tos = match get("tos") {
+        Some(Some(tos)) if tos <= 255 => tos as u8,
+        _ => {
+            return (
+                None,
+                vec![format!(
+                    "not carried: {v} has no `tos` byte (0 to 255) to read a DSCP from"
+                )],
+            )
+        }
+    };
+    let dscp = tos >> 2;
+    let mut notes = vec![format!(
+        "`tos` {tos} is DSCP {dscp}; `priority` {} written, DSCP {dscp}'s class (dscp >> 3, \
+         the map an mlx5 port trusting DSCP starts with): check it against the node's \
+         (`rdma-ns doctor`)",
+        dscp >> 3
+    )];
+    if matches!(tos & 3, 1 | 3) {
+        notes.push(format!(
+            "`tos` {tos} has ECN bits {:02b}, not ECT(0) (10): `ecn` false written",
+            tos & 3
+        ));
+    }
+    if let Some(Some(tc)) = get("tc") {
+        notes.push(format!(
+            "`tc` {tc} not carried: MLNX_OFED's global traffic class of the device, which \
+             rdma-ns does not write (`rdma-ns doctor` reports one that differs from the \
+             network's)"
+        ));
+    }
+    let qos = json!({"dscp": dscp, "ecn": tos & 3 == 2, "priority": dscp >> 3});
+    (Some(qos), notes)
 }
 
 const CAPABILITIES: Field = Field {
@@ -49,6 +100,13 @@ static RDMA_CNI: &[Field] = &[
         name: "deviceID",
         action: Maps("deviceID"),
         why: "the VF's PCI address; without it both find the VF from the pod interface",
+    },
+    Field {
+        name: "rdmaQoS",
+        action: MapsWith("roceQos", roce_qos_of_rdma_qos),
+        why: "Mellanox's fork (network-operator branches): `tos` becomes `dscp` (tos >> 2) and \
+         `ecn` (ECN bits 10), `priority` is DSCP's class (dscp >> 3), with a warning; \
+         `tc`, MLNX_OFED's global traffic class, is not carried",
     },
     Field {
         name: "args.cni.debug",
@@ -487,7 +545,8 @@ pub static PEERS: &[Peer] = &[
         matching: Matching::Type,
         role: Role::Replaced("rdma"),
         source: "k8snetworkplumbingwg/rdma-cni `pkg/types/types.go` (RdmaNetConf, \
-                 RdmaCNIArgs), `cmd/rdma/main.go`, `README.md`",
+                 RdmaCNIArgs), `cmd/rdma/main.go`, `README.md`; `rdmaQoS` (RDMAQoS) from \
+                 Mellanox's fork of network-operator 26.4/26.7",
         fields: RDMA_CNI,
         implied: &[],
     },

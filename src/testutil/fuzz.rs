@@ -274,12 +274,30 @@ fn conf_fields() -> FieldSamples {
         child_fields(),
         setting_fields(),
         runtime_fields(),
+        qos_fields(),
     ]
     .concat()
 }
 
 /// The protocol's required fields. They stay first: [`conf_doc`] keeps them present far
 /// more often than the rest.
+/// `roceQos`: valid, out of range, mistyped, incomplete, with an unknown key.
+fn qos_fields() -> FieldSamples {
+    vec![(
+        "roceQos",
+        vec![
+            json!({"dscp": 26, "ecn": true, "priority": 3}),
+            json!({"dscp": 0, "ecn": false, "priority": 7, "fifoDscp": 63}),
+            json!({"dscp": 64, "ecn": true, "priority": 3}),
+            json!({"dscp": 26, "ecn": 1, "priority": 3}),
+            json!({"dscp": 26, "priority": 3}),
+            json!({"dscp": 26, "ecn": true, "priority": 3, "tos": 106}),
+            json!(106),
+            json!(null),
+        ],
+    )]
+}
+
 fn protocol_fields() -> FieldSamples {
     vec![
         (

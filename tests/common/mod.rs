@@ -489,6 +489,8 @@ pub struct HostView {
     pub mtu: u64,
     pub up: bool,
     pub addrs: Vec<String>,
+    /// IFLA_IFALIAS (`roceQos` sets the pod interface's; a moved netdev must get its own back).
+    pub alias: Option<String>,
 }
 
 pub fn host_view(ifname: &str) -> HostView {
@@ -499,6 +501,7 @@ pub fn host_view(ifname: &str) -> HostView {
             mtu: 0,
             up: false,
             addrs: Vec::new(),
+            alias: None,
         },
         Some(l) => HostView {
             present: true,
@@ -506,6 +509,7 @@ pub fn host_view(ifname: &str) -> HostView {
             mtu: l["mtu"].as_u64().unwrap(),
             up: l["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
             addrs: addrs_in(None, ifname),
+            alias: l["ifalias"].as_str().map(str::to_string),
         },
     }
 }

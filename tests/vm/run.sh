@@ -39,7 +39,7 @@ manifest=$default_manifest
 # (shared/notes/rdma-kernel-facts.md) and strace for its RDMA netlink messages.
 APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-providers iproute2
     busybox-static file python3-pip util-linux libibverbs-dev librdmacm-dev clang libclang-dev
-    pkg-config strace rdmacm-utils perftest ucx-utils)
+    pkg-config strace rdmacm-utils perftest ucx-utils tcpdump)
 # The kernels a case may name, in boot order.
 KERNELS=(6.1 7)
 VNG_PIP=virtme-ng==1.42

@@ -11,6 +11,7 @@ use crate::attach::ib_device::{move_error, RdmaConf, RdmaRecord};
 use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
 use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
+use crate::attach::qos::Qos;
 use crate::attach::rail::Rail;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
@@ -35,7 +36,7 @@ pub struct Chained;
 impl ModeDriver for Chained {
     const NAME: &'static str = "rdma";
     const LOCKS_DEVICE: bool = true;
-    const STEPS: &'static [&'static dyn Step] = &[&Rail, &Permissions, &DeviceInfoFile];
+    const STEPS: &'static [&'static dyn Step] = &[&Rail, &Qos, &Permissions, &DeviceInfoFile];
     type Settings = ();
     /// The PCI function the device plugin's ID names; None: the pod interface's.
     type Target = Option<String>;
@@ -244,7 +245,8 @@ fn add_chained(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Resu
     let mode_state = ModeState::of::<Chained>(state);
     let att = Attachment::adding(req, &netns, key, mode_state, add.conf.recorded_device_id());
     crate::attach::plan::transact(ctx.fault.clone(), |plan| {
-        crate::attach::lifecycle::write_intent(ctx, &att, plan)?;
+        let mut att = att;
+        crate::attach::lifecycle::write_intent(ctx, &add.conf, &mut att, plan)?;
         move_into_pod(ctx, &netns, &rec, plan)?;
         let mut pod = PodSide::new(ctx, req, &add.conf, &netns, att, prev);
         pod.ib_devices = vec![rec.ibdev.clone()];

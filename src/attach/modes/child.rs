@@ -431,7 +431,7 @@ impl<'a> ChildAdd<'a> {
         let (ctx, netns) = (self.ctx, self.netns);
         let k = ctx.kernel;
         let pod = Ns::Pod(netns);
-        crate::attach::lifecycle::write_intent(ctx, &self.att, plan)?;
+        crate::attach::lifecycle::write_intent(ctx, self.conf, &mut self.att, plan)?;
         let link = self.create()?;
         let index = link.index;
         plan.on_undo("create", move || {

@@ -11,6 +11,7 @@ use crate::attach::gids::GidWait;
 use crate::attach::ib_device::RdmaConf;
 use crate::attach::modes::child::{ChildKind, ChildMode, ChildPlan, ARPHRD_INFINIBAND};
 use crate::attach::permissions::Permissions;
+use crate::attach::qos::Qos;
 use crate::attach::rail::Rail;
 use crate::attach::steps::Step;
 use crate::cni::{NetConf, Request};
@@ -56,8 +57,14 @@ impl ChildMode for Ipoib {
     const NAME: &'static str = "ipoib";
     const KIND: ChildKind = ChildKind::Ipoib;
     const EXAMPLE_PARENT: &'static str = "ib0";
-    const STEPS: &'static [&'static dyn Step] =
-        &[&Rail, &Addresses, &Permissions, &GidWait, &DeviceInfoFile];
+    const STEPS: &'static [&'static dyn Step] = &[
+        &Rail,
+        &Addresses,
+        &Qos,
+        &Permissions,
+        &GidWait,
+        &DeviceInfoFile,
+    ];
     type Settings = IpoibConf;
 
     fn settings(conf: &NetConf) -> Result<IpoibConf> {

@@ -22,6 +22,7 @@ use crate::attach::ib_device::{self, plan_ib_move, RdmaConf, RdmaRecord};
 use crate::attach::modes::{ModeAdd, ModeDriver, ModeState, Release};
 use crate::attach::permissions::Permissions;
 use crate::attach::plan::Plan;
+use crate::attach::qos::Qos;
 use crate::attach::rail::Rail;
 use crate::attach::record::{
     Attachment, HostDevice, HostSide, ModeRecord, ModeWire, PodInterface, RecordMismatch,
@@ -50,11 +51,13 @@ impl ModeDriver for MoveDevice {
     const NAME: &'static str = "move";
     const LOCKS_DEVICE: bool = true;
     // rail before addresses (ARP values set while the link is down); soft-roce after them: rxe
-    // fills its GID table from the netdev's addresses as it registers, where gid-wait looks.
+    // fills its GID table from the netdev's addresses as it registers, where gid-wait looks;
+    // roce-qos after soft-roce, whose device's RDMA CM default it writes.
     const STEPS: &'static [&'static dyn Step] = &[
         &Rail,
         &Addresses,
         &SoftRoce,
+        &Qos,
         &Permissions,
         &GidWait,
         &DeviceInfoFile,
@@ -277,7 +280,7 @@ impl<'a> MoveAdd<'a> {
     /// netdev into the pod with its final name and MTU: the part of ADD that runs beside IPAM
     /// ADD.
     fn intent_and_moves(&mut self, plan: &mut Plan<'a>) -> Result<()> {
-        crate::attach::lifecycle::write_intent(self.ctx, &self.att, plan)?;
+        crate::attach::lifecycle::write_intent(self.ctx, self.conf, &mut self.att, plan)?;
         // The ib device goes first: the kernel may refuse it (EOPNOTSUPP from drivers that cannot
         // disassociate user contexts), and then nothing else has moved yet; and an IPoIB netdev
         // follows its ib device by itself, re-created by the kernel in the target netns.

@@ -8,6 +8,7 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 mod identity;
 mod lower;
 mod model;
+mod qos;
 mod rails;
 
 use super::vars::variables;
@@ -44,6 +45,7 @@ fn iface(name: &str, kind: Option<&str>, addrs: &[&str]) -> Iface {
         hwaddr: vec![2, 0, 0, 0, 0, 1],
         up: true,
         addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        alias: None,
     }
 }
 

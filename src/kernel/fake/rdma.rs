@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use super::{Call, FakeRxe, FakeState, NsKey};
 use crate::kernel::nldev::NetnsMode;
+use crate::kernel::rdma_cm::CmFs;
 use crate::kernel::rdma_ops::{RdmaOps, ROCE_V2_PORT};
 use crate::kernel::{KResult, KernelError, Ns};
 
@@ -82,6 +83,9 @@ impl RdmaOps for FakeRdma {
             .find(|(k, _, i)| *k == key && *i == index)
             .ok_or_else(|| KernelError::new(op, "ib", ns, nix::libc::ENODEV))?;
         dev.0 = target.clone();
+        // The core removes and adds the device's clients around a move: RDMA CM's values
+        // start again at 0.
+        st.cm.client_removed(index);
         if let Some(gid) = st.ipoib_gid.clone() {
             if let Some((k, l)) = st
                 .links
@@ -177,6 +181,7 @@ impl RdmaOps for FakeRdma {
         }
         st.rxe.retain(|r| r.index != index);
         st.ib_devices.retain(|(_, _, i)| *i != index);
+        st.cm.client_removed(index);
         Ok(())
     }
 
@@ -198,5 +203,29 @@ impl RdmaOps for FakeRdma {
             true => st.rxe.iter().any(|r| r.netdev_ns == key),
             false => key == NsKey::Host,
         })
+    }
+
+    fn cm_availability(&self) -> CmFs {
+        self.state.borrow().cm.availability
+    }
+
+    fn cm_group_exists(&self, name: &str) -> KResult<bool> {
+        self.state.borrow_mut().cm_group_exists(name)
+    }
+
+    fn cm_make_group(&self, name: &str) -> KResult<()> {
+        self.state.borrow_mut().cm_make_group(name)
+    }
+
+    fn cm_remove_group(&self, name: &str) -> KResult<()> {
+        self.state.borrow_mut().cm_remove_group(name)
+    }
+
+    fn cm_default_tos(&self, name: &str, port: u32) -> KResult<u8> {
+        self.state.borrow_mut().cm_default_tos(name, port)
+    }
+
+    fn cm_set_default_tos(&self, name: &str, port: u32, tos: u8) -> KResult<()> {
+        self.state.borrow_mut().cm_set_default_tos(name, port, tos)
     }
 }

@@ -19,6 +19,7 @@ const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
 const IFLA_LINK: u16 = 5;
 const IFLA_LINKINFO: u16 = 18;
+const IFLA_IFALIAS: u16 = super::request::IFLA_IFALIAS;
 const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_PROP_LIST: u16 = 52;
 const IFLA_ALT_IFNAME: u16 = 53;
@@ -97,6 +98,7 @@ pub fn link(payload: &[u8]) -> Result<Link, String> {
             IFLA_LINK_NETNSID => {
                 link.link_netnsid = Some(u32_value(value, "IFLA_LINK_NETNSID")? as i32)
             }
+            IFLA_IFALIAS => link.alias = Some(nul_string(value)),
             IFLA_PARENT_DEV_NAME => link.parent_dev = Some(nul_string(value)),
             IFLA_PARENT_DEV_BUS_NAME => link.parent_bus = Some(nul_string(value)),
             IFLA_LINKINFO => {
@@ -360,6 +362,8 @@ mod tests {
         let mut props = nla(IFLA_ALT_IFNAME, b"enp59s0f2\0");
         props.extend(nla(IFLA_ALT_IFNAME, b"a-very-long-alternative-name\0"));
         p.extend(nla(IFLA_PROP_LIST | 0x8000, &props));
+        // The kernel puts the alias with its NUL (rtnetlink.c `nla_put_ifalias`).
+        p.extend(nla(IFLA_IFALIAS, b"uplink to leaf 3\0"));
         // An attribute this decoder does not know, with a body no parser would accept.
         p.extend(nla(200, &[0xff; 3]));
 
@@ -380,6 +384,7 @@ mod tests {
                 parent_bus: Some("pci".into()),
                 link: Some(3),
                 link_netnsid: None,
+                alias: Some("uplink to leaf 3".into()),
                 info_data: vec![
                     (1, 0x8001u16.to_ne_bytes().to_vec()),
                     (2, 1u16.to_ne_bytes().to_vec()),

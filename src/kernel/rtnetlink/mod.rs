@@ -73,6 +73,8 @@ pub trait NetOps {
     fn set_link(&self, ns: Ns<'_>, index: u32, change: &LinkChange<'_>) -> KResult<()>;
     /// RTM_DELLINKPROP removing an alternative name (IFLA_ALT_IFNAME).
     fn del_altname(&self, ns: Ns<'_>, index: u32, altname: &str) -> KResult<()>;
+    /// Sets the link's alias (IFLA_IFALIAS); an empty one removes it.
+    fn set_alias(&self, ns: Ns<'_>, index: u32, alias: &str) -> KResult<()>;
     /// Addresses (RTM_GETADDR dump filtered to `index`), with their prefix length.
     fn addresses(&self, ns: Ns<'_>, index: u32) -> KResult<Vec<IpNetwork>>;
     /// RTM_NEWADDR. IPv6 addresses are added with IFA_F_NODAD so they are usable at once.
@@ -195,6 +197,8 @@ pub struct Link {
     /// None when it lives in the link's own netns (rtnetlink.c `rtnl_fill_link_netnsid` puts it
     /// only for a lower device elsewhere, as a macvlan made in a pod on a host parent).
     pub link_netnsid: Option<i32>,
+    /// IFLA_IFALIAS, which the kernel reports only when the link has one.
+    pub alias: Option<String>,
     /// IFLA_INFO_DATA attributes as (type, value), for the kinds whose settings are read back
     /// (ipoib, macvlan): netlink-created IPoIB children have no mode/pkey/umcast in sysfs.
     pub info_data: Vec<(u16, Vec<u8>)>,
@@ -598,6 +602,19 @@ impl NetOps for RealKernel {
             .map_err(|e| {
                 KernelError::netlink(
                     format!("delete altname {altname}"),
+                    self.describe(ns, index),
+                    ns,
+                    e,
+                )
+            })
+    }
+
+    fn set_alias(&self, ns: Ns<'_>, index: u32, alias: &str) -> KResult<()> {
+        self.request(ns, request::set_alias(index, alias))
+            .map(drop)
+            .map_err(|e| {
+                KernelError::netlink(
+                    format!("set alias {alias:?}"),
                     self.describe(ns, index),
                     ns,
                     e,

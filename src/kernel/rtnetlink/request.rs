@@ -154,6 +154,21 @@ pub fn set_link(index: u32, change: &SetLink<'_>) -> Request {
     (RouteNetlinkMessage::NewLink(msg), 0)
 }
 
+/// IFLA_IFALIAS (linux/if_link.h).
+pub const IFLA_IFALIAS: u16 = 20;
+
+/// RTM_NEWLINK setting the link's alias, as `ip link set dev X alias TEXT` sends it: the text
+/// without a NUL (netlink-packet-route's `IfAlias` adds one), so that an empty text is a
+/// zero-length attribute, which the kernel takes as "no alias" (`dev_set_alias`).
+pub fn set_alias(index: u32, alias: &str) -> Request {
+    let mut msg = link_message(index);
+    msg.attributes.push(LinkAttribute::Other(DefaultNla::new(
+        IFLA_IFALIAS,
+        alias.as_bytes().to_vec(),
+    )));
+    (RouteNetlinkMessage::NewLink(msg), 0)
+}
+
 /// RTM_DELLINKPROP removing one alternative name.
 pub fn del_altname(index: u32, altname: &str) -> Request {
     let mut msg = link_message(index);
@@ -499,6 +514,22 @@ mod tests {
             ..SetLink::default()
         };
         assert_bytes(set_link(8, &down), DOWN);
+    }
+
+    /// `ip link set dev qv0 alias "rdma-ns roceQos dscp=26 ecn=1 priority=3"` (qv0: ifindex
+    /// 1763), captured the same way on 2026-12-03: the text without a NUL.
+    const ALIAS: &str = "4c000000 10000500 1a87116b 00000000 00000000 e3060000 00000000 00000000
+        2c001400 72646d61 2d6e7320 726f6365 516f7320 64736370 3d323620 65636e3d 31207072
+        696f7269 74793d33";
+    /// `ip link set dev qv0 alias ""`: an empty attribute, which removes the alias.
+    const NO_ALIAS: &str = "24000000 10000500 1a87116b 00000000 00000000 e3060000 00000000 00000000
+        04001400";
+
+    #[test]
+    fn an_alias_is_set_and_removed_as_iproute2_does() {
+        let text = "rdma-ns roceQos dscp=26 ecn=1 priority=3";
+        assert_bytes(set_alias(1763, text), ALIAS);
+        assert_bytes(set_alias(1763, ""), NO_ALIAS);
     }
 
     /// `ip addr add 10.1.2.3/24 dev cap0`

@@ -22,6 +22,12 @@ struct Fake {
     addrs: HashMap<String, Vec<IpAddr>>,
     altnames: HashMap<String, String>,
     mode: Result<NetnsMode, String>,
+    /// The DCB_CMD_IEEE_GET reply datagram (hex, tests/data/dcb) of each netdev that has DCB;
+    /// the others answer as a kernel does for a netdev without DCB ops.
+    dcb: HashMap<String, &'static str>,
+    pause: HashMap<String, crate::kernel::ethtool::Pause>,
+    /// The netdevs DCB was asked about, in order.
+    asked: std::cell::RefCell<Vec<String>>,
 }
 
 impl NetView for Fake {
@@ -33,6 +39,20 @@ impl NetView for Fake {
     }
     fn netns_mode(&self) -> Result<NetnsMode, String> {
         self.mode.clone()
+    }
+    /// The real decoder over the reply bytes: only the socket is the fake's.
+    fn dcb(&self, ifname: &str) -> Result<Option<crate::kernel::dcbnl::DcbIeee>, String> {
+        self.asked.borrow_mut().push(ifname.to_string());
+        let Some(reply) = self.dcb.get(ifname) else {
+            return Ok(None);
+        };
+        let datagram = crate::testutil::hex(reply);
+        crate::kernel::dcbnl::decode_ieee(&datagram[16..])
+            .map(Some)
+            .map_err(|e| format!("{e:?}"))
+    }
+    fn pause(&self, ifname: &str) -> Result<Option<crate::kernel::ethtool::Pause>, String> {
+        Ok(self.pause.get(ifname).copied())
     }
 }
 
@@ -85,6 +105,9 @@ impl Env {
                 .collect(),
                 altnames: HashMap::new(),
                 mode: Err("no RDMA netlink in tests".into()),
+                dcb: HashMap::new(),
+                pause: HashMap::new(),
+                asked: Default::default(),
             },
             tmp,
             opts: Options::default(),
@@ -184,7 +207,7 @@ fn one(r: &Report, check: &str, object: &str, severity: Severity) -> Finding {
     let found = find(r, check, object);
     assert_eq!(found.len(), 1, "{check} {object}: {:#?}", r.findings);
     assert_eq!(found[0].severity, severity, "{:#?}", found[0]);
-    if severity != Severity::Ok {
+    if severity > Severity::Ok {
         assert!(
             found[0].fix.is_some(),
             "a non-OK finding names a fix: {:#?}",
@@ -789,3 +812,5 @@ fn pod_mode_leaves_node_wide_checks_out() {
         );
     }
 }
+
+mod qos;
