@@ -12,6 +12,8 @@
 //! (`draDevice`, see select.rs). The driver learns of the ADD from the attachment record, whose
 //! `conf.draDevice` names the claim; a failed ADD leaves `_claims/<claim UID>.add-error.json`.
 
+pub mod pod_cdi;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -178,6 +180,8 @@ impl ClaimStore {
             serde_json::to_vec(value).map_err(|e| Error::State(format!("{}: {e}", what())))?;
         let data_dir = self.dir.parent().unwrap_or(Path::new("/"));
         crate::attach::store::Store::new(data_dir).ensure_dir(Some(CLAIMS_DIR))?;
+        // A write killed mid-way left its temp file: the next write of the same file clears it.
+        crate::attach::store::remove_stale_temps(path);
         crate::attach::store::write_atomic(path, &bytes, 0o600).map_err(|e| Error::io(what(), e))
     }
 
@@ -190,6 +194,7 @@ impl ClaimStore {
     pub fn remove(&self, uid: &str) -> Result<()> {
         for suffix in [".json", ADD_ERROR_SUFFIX] {
             let path = self.path(uid, suffix)?;
+            crate::attach::store::remove_stale_temps(&path);
             match fs::remove_file(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(Error::io(format!("removing {}", path.display()), e))
@@ -520,4 +525,24 @@ pub fn dra_device(conf: &NetConf) -> Result<Option<DraDevice>> {
 /// The claim device of an attachment record's conf, for the driver's status.
 pub fn dra_device_of_record(conf: Option<&serde_json::Value>) -> Option<DraDevice> {
     serde_json::from_value(conf?.get("draDevice")?.clone()).ok()
+}
+
+/// After a successful ADD of claim device `dra`: the pod's own ib devices (a Soft-RoCE device
+/// the ADD made, recorded under `steps.softRoce`) into the claim's CDI spec, so the containers
+/// get their uverbs node. A claim whose device made none changes nothing.
+pub fn publish_pod_devices(
+    sys: &crate::kernel::sysfs::SysRoot,
+    claims: &ClaimStore,
+    att: &crate::attach::record::Attachment,
+    dra: &DraDevice,
+) -> Result<()> {
+    let soft: Option<serde_json::Value> = att.steps.get("softRoce").ok().flatten();
+    let Some(ibdev) = soft.as_ref().and_then(|s| s["ibdev"].as_str()) else {
+        return Ok(());
+    };
+    let Some(spec) = claims.load(&dra.claim.uid)?.and_then(|c| c.cdi_spec) else {
+        return Ok(());
+    };
+    let cdi_device = format!("{}-{}", dra.claim.uid, dra.device);
+    pod_cdi::add_pod_ib_devices(sys, Path::new(&spec), &cdi_device, &[ibdev.to_string()])
 }

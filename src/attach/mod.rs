@@ -162,7 +162,9 @@ impl Plugin for RdmaNs {
         // What the driver shows on the claim (status.devices conditions); the attachment
         // record itself tells it of a success.
         let noted = match &added {
-            Ok(_) => claims.clear_add_failure(&dra.claim.uid),
+            Ok(_) => self
+                .publish_pod_devices(&req, &claims, &dra)
+                .and_then(|()| claims.clear_add_failure(&dra.claim.uid)),
             Err(e) => claims.record_add_failure(
                 &dra.claim.uid,
                 &claim::AddFailure {
@@ -200,6 +202,22 @@ impl Plugin for RdmaNs {
 }
 
 impl RdmaNs {
+    /// The pod's own ib device (softRoce) into its claim's CDI spec (claim.rs), from the
+    /// attachment record the ADD just wrote.
+    fn publish_pod_devices(
+        &self,
+        req: &Request,
+        claims: &claim::ClaimStore,
+        dra: &claim::DraDevice,
+    ) -> Result<()> {
+        let store = Store::new(config::data_dir(&req.conf)?);
+        let env = &req.env;
+        let Some(att) = store.load(&req.conf.name, &env.container_id, &env.ifname)? else {
+            return Ok(());
+        };
+        claim::publish_pod_devices(&SysRoot::from_env(), claims, &att, dra)
+    }
+
     /// ADD once the device is known: a DRA network's request carries its claim's device.
     fn add_resolved(&self, req: &Request) -> Result<CniResult> {
         self.with_ctx(req, |ctx, pc| {

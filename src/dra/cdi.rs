@@ -75,13 +75,7 @@ pub fn spec(uid: &str, devices: &[CdiDevice<'_>], rdma_cm: Option<&CharDev>) -> 
 }
 
 fn node(c: &CharDev) -> Value {
-    json!({
-        "path": format!("/dev/infiniband/{}", c.name),
-        "type": "c",
-        "major": c.major,
-        "minor": c.minor,
-        "permissions": "rw",
-    })
+    crate::attach::claim::pod_cdi::device_node(c)
 }
 
 /// `RDMA_NS_DEVICE` etc. name the device for one device; `RDMA_NS_<REQUEST>_...` for each of
@@ -130,6 +124,8 @@ pub fn write(cdi_dir: &Path, uid: &str, spec: &Value) -> Result<PathBuf> {
         )
     })?;
     let bytes = serde_json::to_vec_pretty(spec).map_err(|e| Error::State(e.to_string()))?;
+    // A write killed mid-way left its temp file: this claim's prepare or unprepare clears it.
+    crate::attach::store::remove_stale_temps(&path);
     crate::attach::store::write_atomic(&path, &bytes, 0o644)
         .map_err(|e| Error::io(format!("writing CDI spec {}", path.display()), e))?;
     Ok(path)
@@ -138,6 +134,7 @@ pub fn write(cdi_dir: &Path, uid: &str, spec: &Value) -> Result<PathBuf> {
 /// Removes the spec of claim `uid`; gone already is no error.
 pub fn remove(cdi_dir: &Path, uid: &str) -> Result<()> {
     let path = spec_path(cdi_dir, uid);
+    crate::attach::store::remove_stale_temps(&path);
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
             format!("removing CDI spec {}", path.display()),

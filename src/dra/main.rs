@@ -99,8 +99,9 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread serves the kubelet and the API server: prepare and the sysfs reads run on
+    // tokio's blocking pool, the event sources on a thread of their own.
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
