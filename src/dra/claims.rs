@@ -241,9 +241,11 @@ fn pod_uids(claim: &ResourceClaim) -> Vec<String> {
     uids
 }
 
-/// This driver's opaque configs, class configs first, each with the requests it applies to
-/// (empty: all).
-fn configs(claim: &ResourceClaim, c: &ClaimRef) -> Result<Vec<(Vec<String>, Map<String, Value>)>> {
+/// One opaque config of this driver: the requests it applies to (empty: all), its parameters.
+type Config = (Vec<String>, Map<String, Value>);
+
+/// This driver's opaque configs, class configs first.
+fn configs(claim: &ResourceClaim, c: &ClaimRef) -> Result<Vec<Config>> {
     let mut out = Vec::new();
     let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
     let mut all: Vec<_> = allocation
@@ -289,7 +291,7 @@ fn configs(claim: &ResourceClaim, c: &ClaimRef) -> Result<Vec<(Vec<String>, Map<
 }
 
 /// The merged parameters for `request`: later configs (the claim's) over earlier (the class's).
-fn params_for(configs: &[(Vec<String>, Map<String, Value>)], request: &str) -> Map<String, Value> {
+fn params_for(configs: &[Config], request: &str) -> Map<String, Value> {
     let mut out = Map::new();
     for (requests, params) in configs {
         let applies = requests.is_empty()
