@@ -267,6 +267,14 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
     for f in ["deviceclasses.yaml", "rbac.yaml", "configmap.yaml"] {
         api.apply(&repo("install/dra").join(f));
     }
+    // The documented claim templates (conf/dra/), matchAttribute and opaque config included.
+    api.apply(&repo("conf/dra/resourceclaimtemplate.yaml"));
+    let templates = api.get(&["resourceclaimtemplates", "-n", "default"]);
+    assert_eq!(
+        templates["items"].as_array().unwrap().len(),
+        3,
+        "{templates}"
+    );
     let classes = api.get(&["deviceclasses"]);
     assert_eq!(classes["items"].as_array().unwrap().len(), 4, "{classes}");
     api.create_json(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));

@@ -123,11 +123,23 @@ fn standalone_chain_adds_net1_after_the_primary_and_passes_pods_without_claims()
     let ns = TestNetns::new();
     let data = DataDir::new();
     prepare(&data, &veth.nic);
-    let mut c = conf(
-        &data,
-        json!({"ifname": "net1", "optional": true}),
-        "10.78.0.2/24",
-    );
+    // The rdma-ns entry of the documented conflist, its IPAM and data dir this test's.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/dra/standalone.conflist"
+    ))
+    .unwrap();
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let entry = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "rdma-ns")
+        .unwrap();
+    assert_eq!(entry["dra"], json!({"ifname": "net1", "optional": true}));
+    let mut c = conf(&data, entry["dra"].clone(), "10.78.0.2/24");
+    c["cniVersion"] = list["cniVersion"].clone();
+    c["name"] = list["name"].clone();
     c["prevResult"] = json!({
         "cniVersion": "1.0.0",
         "interfaces": [{"name": "eth0", "sandbox": ns.path()}],
