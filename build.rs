@@ -36,6 +36,8 @@ fn main() {
         _ => from_git().unwrap_or_else(|| "unknown".to_string()),
     };
     println!("cargo:rustc-env=RDMA_NS_GIT_COMMIT={commit}");
+    #[cfg(feature = "dra")]
+    compile_kubelet_protos();
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<String> {
@@ -85,4 +87,26 @@ fn from_git() -> Option<String> {
         }
     }
     git(&root, &["rev-parse", "--short", "HEAD"])
+}
+
+/// The kubelet's gRPC APIs (proto/), for `rdma-ns-dra` only: the CNI binary's build never
+/// runs protoc.
+#[cfg(feature = "dra")]
+fn compile_kubelet_protos() {
+    let protos = [
+        "proto/kubelet/pluginregistration/v1/api.proto",
+        "proto/kubelet/dra/v1/api.proto",
+        "proto/kubelet/dra-health/v1/api.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    tonic_prost_build::configure()
+        .compile_protos(&protos, &["proto/kubelet"])
+        .unwrap_or_else(|e| {
+            panic!(
+                "compiling the kubelet's protos (feature dra): {e}; protoc comes from Debian's \
+                 protobuf-compiler (tests/run.sh installs it), or set PROTOC"
+            )
+        });
 }

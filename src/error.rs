@@ -116,6 +116,11 @@ pub enum Error {
     #[error("{0}")]
     RdmaUnavailable(String),
 
+    /// 122: a DRA network's pod has no claim prepared on this node (or none holds the device
+    /// Multus named).
+    #[error("{0}")]
+    NoPreparedClaim(String),
+
     /// 121: the kernel added no RoCE GID for a pod IP within the bound.
     #[error("{0}")]
     GidMissing(String),
@@ -170,6 +175,7 @@ impl Error {
             Error::ParentUnsuitable(_) => 110,
             Error::RdmaUnavailable(_) => 120,
             Error::GidMissing(_) => 121,
+            Error::NoPreparedClaim(_) => 122,
             Error::Multiple(errors) => match errors.as_slice() {
                 [only] => only.code(),
                 _ => 109,

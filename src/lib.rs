@@ -35,6 +35,8 @@
 pub mod attach;
 pub mod cni;
 pub mod discover;
+#[cfg(feature = "dra")]
+pub mod dra;
 pub mod error;
 pub mod kernel;
 pub mod log;

@@ -39,7 +39,7 @@ VM=tests/vm/run.sh
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins dra_apiserver dra_attach dra_build dra_kills fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
@@ -49,8 +49,10 @@ ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plu
 # verbs: rdma-sys links libibverbs and runs bindgen); every cargo tier builds with the feature.
 # iputils-arping and iputils-ping: tests/rails.rs asks a rail's segment which MACs answer ARP
 # for an address, and pings across a rail fabric from a rail's address.
+# protobuf-compiler: protoc compiles the kubelet's protos (proto/) for rdma-ns-dra (feature
+# dra, which every cargo tier builds with); openssl: tests/dra_apiserver.rs's certificates.
 ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev libibverbs-dev
-  librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping)
+  librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping protobuf-compiler openssl)
 # The other tiers name their own packages (--print-packages); all are installed here in one go,
 # and each tier checks its own again before it runs a case.
 pkgs=("${ROOT_PKGS[@]}")
@@ -187,7 +189,8 @@ done
 # lines before their inline tests (tests/lint/shape.py).
 lint() {
   cargo fmt --check && cargo clippy --all-targets -- -D warnings &&
-    cargo clippy --all-targets --features verbs -- -D warnings && python3 tests/lint/shape.py
+    cargo clippy --all-targets --features verbs -- -D warnings &&
+    cargo clippy --all-targets --features verbs,dra -- -D warnings && python3 tests/lint/shape.py
 }
 if command -v cargo >/dev/null; then
   run_tier lint exit lint
@@ -199,13 +202,13 @@ if [ "${#root_missing[@]}" -gt 0 ]; then
   fail_tier unit "missing: ${root_missing[*]}"
   fail_tier root "missing: ${root_missing[*]}"
 else
-  run_tier unit cargo cargo test --features verbs --lib --bins
+  run_tier unit cargo cargo test --features verbs,dra --lib --bins
   if [ "${#target_errors[@]}" -gt 0 ]; then
     fail_tier root "${target_errors[*]}"
   else
     args=()
     for t in "${ROOT_TARGETS[@]}"; do args+=(--test "$t"); done
-    run_tier root cargo cargo test --features verbs "${args[@]}"
+    run_tier root cargo cargo test --features verbs,dra "${args[@]}"
   fi
 fi
 

@@ -86,7 +86,7 @@ impl PluginConf {
 }
 
 /// `dataDir`, absolute and without `..`; the default when absent.
-fn data_dir(conf: &NetConf) -> Result<PathBuf> {
+pub fn data_dir(conf: &NetConf) -> Result<PathBuf> {
     let data_dir = conf
         .data_dir
         .as_deref()

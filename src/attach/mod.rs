@@ -2,6 +2,7 @@
 
 pub mod addresses;
 pub mod check;
+pub mod claim;
 pub mod config;
 pub mod device_info;
 pub mod gc;
@@ -141,6 +142,85 @@ pub fn refuse_own_netns(path: Option<&Path>) -> Result<()> {
 impl Plugin for RdmaNs {
     fn add(&self, req: &Request) -> Result<CniResult> {
         refuse_own_netns(req.env.netns.as_deref())?;
+        let claims = claim::ClaimStore::new(&config::data_dir(&req.conf)?);
+        let wanted = claim::DraConf::from_conf(&req.conf)?;
+        let req = &claim::for_interface(req, &wanted);
+        let (req, dra) = match claim::resolve_add(req, &claims) {
+            Ok(Some(found)) => found,
+            Ok(None) => return self.add_resolved(req),
+            Err(Error::NoPreparedClaim(why)) if wanted.optional => {
+                crate::log_info!("{why}; passing the previous result through (dra.optional)");
+                return Ok(req.conf.prev_result.clone().unwrap_or_default());
+            }
+            Err(e) => return Err(e),
+        };
+        let added = self
+            .add_resolved(&req)
+            .map(|ours| match &req.conf.prev_result {
+                Some(prev) if wanted.ifname.is_some() => claim::chain_results(prev, ours),
+                _ => ours,
+            });
+        // What the driver shows on the claim (status.devices conditions); the attachment
+        // record itself tells it of a success.
+        let noted = match &added {
+            Ok(_) => self
+                .publish_pod_devices(&req, &claims, &dra)
+                .and_then(|()| claims.clear_add_failure(&dra.claim.uid)),
+            Err(e) => claims.record_add_failure(
+                &dra.claim.uid,
+                &claim::AddFailure {
+                    container_id: req.env.container_id.clone(),
+                    ifname: req.env.ifname.clone(),
+                    device: dra.device.clone(),
+                    code: e.code(),
+                    message: e.to_string(),
+                },
+            ),
+        };
+        if let Err(e) = noted {
+            crate::log_warn!("claim {}: {e}", dra.claim);
+        }
+        added
+    }
+
+    fn del(&self, req: &Request) -> Result<()> {
+        let req = &claim::for_interface(req, &claim::DraConf::from_conf(&req.conf)?);
+        self.with_ctx(req, |ctx, pc| lifecycle::del(ctx, req, pc))
+    }
+
+    fn check(&self, req: &Request) -> Result<()> {
+        let req = &claim::for_interface(req, &claim::DraConf::from_conf(&req.conf)?);
+        self.with_ctx(req, |ctx, pc| check::check(ctx, req, pc))
+    }
+
+    fn status(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, _pc| status(ctx, req))
+    }
+
+    fn gc(&self, req: &Request) -> Result<()> {
+        self.with_ctx(req, |ctx, pc| gc::gc(ctx, req, pc.lock_timeout))
+    }
+}
+
+impl RdmaNs {
+    /// The pod's own ib device (softRoce) into its claim's CDI spec (claim.rs), from the
+    /// attachment record the ADD just wrote.
+    fn publish_pod_devices(
+        &self,
+        req: &Request,
+        claims: &claim::ClaimStore,
+        dra: &claim::DraDevice,
+    ) -> Result<()> {
+        let store = Store::new(config::data_dir(&req.conf)?);
+        let env = &req.env;
+        let Some(att) = store.load(&req.conf.name, &env.container_id, &env.ifname)? else {
+            return Ok(());
+        };
+        claim::publish_pod_devices(&SysRoot::from_env(), claims, &att, dra)
+    }
+
+    /// ADD once the device is known: a DRA network's request carries its claim's device.
+    fn add_resolved(&self, req: &Request) -> Result<CniResult> {
         self.with_ctx(req, |ctx, pc| {
             let added = pc.mode.add(ctx, req, pc);
             if added.is_err() {
@@ -151,22 +231,6 @@ impl Plugin for RdmaNs {
             }
             added
         })
-    }
-
-    fn del(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| lifecycle::del(ctx, req, pc))
-    }
-
-    fn check(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| check::check(ctx, req, pc))
-    }
-
-    fn status(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, _pc| status(ctx, req))
-    }
-
-    fn gc(&self, req: &Request) -> Result<()> {
-        self.with_ctx(req, |ctx, pc| gc::gc(ctx, req, pc.lock_timeout))
     }
 }
 

@@ -8,6 +8,7 @@
 
 use serde::Deserialize;
 
+use crate::attach::claim::DraDevice;
 use crate::attach::record::HostSide;
 use crate::cni::NetConf;
 use crate::error::KernelContext;
@@ -35,6 +36,9 @@ pub enum Selector {
     Aux { field: &'static str, name: String },
     /// `rdmaDevice`: an ib device name (`mlx5_3`, `rocep59s0f2`); its netdev is selected.
     IbDevice(String),
+    /// The device of the pod's prepared DRA claim (`draDevice`, which claim.rs writes into
+    /// the conf from the claim the driver prepared): its host netdev, by name.
+    Claim(DraDevice),
 }
 
 impl Selector {
@@ -47,6 +51,10 @@ impl Selector {
             Selector::Pci { field, address } => format!("{field}={address}"),
             Selector::Aux { field, name } => format!("{field}={name}"),
             Selector::IbDevice(n) => format!("rdmaDevice={n}"),
+            Selector::Claim(d) => format!(
+                "DRA device {} (netdev {}) of claim {}",
+                d.device, d.netdev, d.claim
+            ),
         }
     }
 
@@ -59,6 +67,7 @@ impl Selector {
             Selector::HwAddr(h) => side.hwaddr == Some(format_hwaddr(h).as_str()),
             Selector::Pci { address, .. } => side.pci == Some(address.as_str()),
             Selector::IbDevice(ibdev) => ib_device == Some(ibdev.as_str()),
+            Selector::Claim(d) => side.name == Some(d.netdev.as_str()),
             Selector::KernelPath(_) | Selector::Aux { .. } => false,
         }
     }
@@ -161,6 +170,9 @@ pub fn device_plugin_id(conf: &NetConf) -> Result<Option<DeviceId>> {
 /// RDMA shared device plugin's index) gives way to a static selector; alone it is an error,
 /// since move mode needs a whole device. Among the static selectors exactly one may be given.
 pub fn device_selector(conf: &NetConf, id: Option<&DeviceId>) -> Result<Selector> {
+    if let Some(d) = crate::attach::claim::dra_device(conf)? {
+        return Ok(Selector::Claim(d));
+    }
     if let Some(s) = id.and_then(DeviceId::selector) {
         return Ok(s);
     }
@@ -290,6 +302,9 @@ pub fn parent_selectors(conf: &NetConf, id: Option<&DeviceId>) -> Result<Vec<Sel
         #[serde(rename = "rdmaDevice")]
         rdma_device: Option<String>,
     }
+    if let Some(d) = crate::attach::claim::dra_device(conf)? {
+        return Ok(vec![Selector::Claim(d)]);
+    }
     let mut selectors: Vec<Selector> = id.and_then(DeviceId::selector).into_iter().collect();
     let fields: Fields = conf.fields()?;
     for (field, value) in [
@@ -341,6 +356,18 @@ fn is_aux_name(text: &str) -> bool {
 pub fn select_host_device(kernel: &dyn NetOps, sys: &SysRoot, selector: &Selector) -> Result<Link> {
     let lookup_err = |e| Error::kernel(format!("looking up {}", selector.describe()), e);
     match selector {
+        Selector::Claim(d) => match kernel
+            .link_by_name(Ns::Host, &d.netdev)
+            .map_err(lookup_err)?
+        {
+            Some(link) => Ok(link),
+            None => Err(Error::DeviceNotFound(format!(
+                "{}: the netdev is not in the host network namespace (moved to a pod, renamed \
+                 or gone since the claim was prepared); the driver republishes the node's \
+                 devices, and a new claim gets a present one",
+                selector.describe()
+            ))),
+        },
         Selector::Name { name, .. } => {
             match kernel.link_by_name(Ns::Host, name).map_err(lookup_err)? {
                 Some(link) => Ok(link),
@@ -433,6 +460,7 @@ fn selector_field(selector: &Selector) -> &'static str {
         Selector::HwAddr(_) => "hwaddr",
         Selector::KernelPath(_) => "kernelpath",
         Selector::IbDevice(_) => "rdmaDevice",
+        Selector::Claim(_) => "draDevice",
     }
 }
 

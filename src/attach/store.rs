@@ -214,7 +214,7 @@ impl Store {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name == LOCKS || !entry.path().is_dir() {
+            if name == LOCKS || name == crate::attach::claim::CLAIMS_DIR || !entry.path().is_dir() {
                 continue;
             }
             match self.list(&name) {
@@ -341,6 +341,19 @@ impl Store {
         };
         let key = attachment_lock_key(network, container_id, ifname);
         let path = dir.join(bounded_file_name(&key, ".lock"));
+        if let Err(e) = lock_file::remove_if_free(&path) {
+            crate::log_warn!("removing lock file {}: {e}", path.display());
+        }
+    }
+
+    /// Removes the lock file of `key` unless someone holds it: for locks of things that go
+    /// away (a DRA claim's), where one file per device would otherwise grow without bound.
+    pub fn remove_lock(&self, key: &str) {
+        let (Ok(()), Some(dir)) = (safe_component("lock key", key), self.existing_locks_dir())
+        else {
+            return;
+        };
+        let path = dir.join(bounded_file_name(key, ".lock"));
         if let Err(e) = lock_file::remove_if_free(&path) {
             crate::log_warn!("removing lock file {}: {e}", path.display());
         }

@@ -445,6 +445,11 @@ impl<'a> RdmaSysfs<'a> {
         RdmaSysfs { sys }
     }
 
+    /// The sysfs root this reader reads.
+    pub fn sys_root(&self) -> &'a SysRoot {
+        self.sys
+    }
+
     /// Names in `class/infiniband`, sorted.
     pub fn device_names(&self) -> io::Result<Vec<String>> {
         self.sys.list_dir("class/infiniband")

@@ -5,6 +5,7 @@
 //! attach/, so a mode's file can carry its own scenarios.
 
 mod child;
+mod claim;
 pub(in crate::attach) mod fake_ipam;
 mod ib_device;
 pub(in crate::attach) mod kill_points;

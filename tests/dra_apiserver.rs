@@ -1,0 +1,433 @@
+//! The driver against a real kube-apiserver (v1.37.2) and etcd on 127.0.0.1 (issue 31): what
+//! it writes must pass the API server's own validation, not only our idea of it.
+//! - install/dra/*.yaml (DeviceClasses with CEL, RBAC, the ValidatingAdmissionPolicy, the
+//!   ConfigMap) are accepted;
+//! - `rdma-ns-dra` on a fixture node publishes its ResourceSlice, and the server keeps every
+//!   device, attribute and `allowMultipleAllocations` (consumable capacity is on in 1.37);
+//! - a claim allocated one of its devices is prepared over the kubelet's socket from the claim
+//!   the server holds; an attachment record the CNI would write makes the driver set the
+//!   claim's `status.devices` (Ready, networkData, the RDMA facts), removing it clears them,
+//!   and a failed ADD shows as a condition with rdma-ns's code.
+//!
+//! The binaries come from the lab's build (`install/lab/build.sh kubernetes`):
+//! `~/.cache/rdma-ns/lab/bin/kubernetes-v1.37.2/` or `$RDMA_NS_KUBE_BIN`. Without them the test
+//! fails, unless RDMA_NS_ALLOW_SKIP names `dra_apiserver`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
+use rdma_ns::dra::proto::dra_v1::{Claim, NodePrepareResourcesRequest};
+use rdma_ns::kernel::topology::fixtures::SysfsFixture;
+use serde_json::{json, Value};
+use tonic::transport::{Endpoint, Uri};
+
+fn kube_bin() -> Option<PathBuf> {
+    let dir = std::env::var_os("RDMA_NS_KUBE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/rdma-ns/lab/bin/kubernetes-v1.37.2")
+        });
+    ["kube-apiserver", "etcd", "kubectl"]
+        .iter()
+        .all(|b| dir.join(b).exists())
+        .then_some(dir)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// etcd and kube-apiserver on loopback, with an admin kubeconfig; both killed on drop.
+struct ApiServer {
+    dir: PathBuf,
+    bin: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl ApiServer {
+    fn start(bin: PathBuf) -> ApiServer {
+        let dir = std::env::temp_dir().join(format!("rdma-ns-apiserver-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        pki(&dir);
+        let (client, peer, secure) = (free_port(), free_port(), free_port());
+        let etcd = Command::new(bin.join("etcd"))
+            .args(["--data-dir", &dir.join("etcd").display().to_string()])
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args([
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{client}"),
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("default=http://127.0.0.1:{peer}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+            .spawn()
+            .expect("etcd");
+        let d = |f: &str| dir.join(f).display().to_string();
+        let apiserver = Command::new(bin.join("kube-apiserver"))
+            .args(["--etcd-servers", &format!("http://127.0.0.1:{client}")])
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                &secure.to_string(),
+            ])
+            .args(["--advertise-address", "127.0.0.1"])
+            // No `kubernetes` Service endpoints: a loopback address may not be one.
+            .args(["--endpoint-reconciler-type", "none"])
+            .args([
+                "--tls-cert-file",
+                &d("apiserver.crt"),
+                "--tls-private-key-file",
+                &d("apiserver.key"),
+            ])
+            .args(["--client-ca-file", &d("ca.crt")])
+            .args(["--service-account-key-file", &d("sa.pub")])
+            .args(["--service-account-signing-key-file", &d("sa.key")])
+            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+            .args(["--authorization-mode", "Node,RBAC"])
+            .args(["--service-cluster-ip-range", "10.96.0.0/16"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("apiserver.log")).unwrap())
+            .spawn()
+            .expect("kube-apiserver");
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{secure}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: t\n  context: {{cluster: t, user: admin}}\ncurrent-context: t\n",
+            d("ca.crt"), d("admin.crt"), d("admin.key")
+        );
+        std::fs::write(dir.join("admin.conf"), kubeconfig).unwrap();
+        let mut s = ApiServer {
+            dir,
+            bin,
+            children: vec![etcd, apiserver],
+        };
+        s.wait_ready();
+        s
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.conf")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(self.bin.join("kubectl"));
+        c.arg("--kubeconfig").arg(self.kubeconfig()).args(args);
+        c
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            for c in &mut self.children {
+                if let Ok(Some(status)) = c.try_wait() {
+                    panic!(
+                        "{status}: {}{}",
+                        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default(),
+                        std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default()
+                    );
+                }
+            }
+            let ok = self
+                .kubectl(&["get", "--raw", "/readyz"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready in 120 s: {}",
+                std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn apply(&self, file: &Path) -> String {
+        run(self.kubectl(&["apply", "-f"]).arg(file))
+    }
+
+    fn create_json(&self, v: &Value) {
+        let path = self.dir.join("obj.json");
+        std::fs::write(&path, v.to_string()).unwrap();
+        run(self.kubectl(&["create", "-f"]).arg(&path));
+    }
+
+    fn get(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&run(&mut self.kubectl(&a))).unwrap()
+    }
+}
+
+/// The lab's way (install/lab/pki.sh): one CA, the API server's certificate for 127.0.0.1, an
+/// admin in system:masters, the service account key pair.
+fn pki(dir: &Path) {
+    let sh = format!(
+        r#"set -e; cd {d}
+key() {{ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }}
+key ca.key; openssl req -x509 -new -key ca.key -days 1 -subj /CN=test-ca -out ca.crt -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+cert() {{ key "$1.key"; openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s\n' "$3" "$4" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile "$1.ext" -out "$1.crt" 2>/dev/null; }}
+cert apiserver /CN=kube-apiserver serverAuth subjectAltName=IP:127.0.0.1,DNS:localhost
+cert admin /O=system:masters/CN=test-admin clientAuth ''
+key sa.key; openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null"#,
+        d = dir.display()
+    );
+    run(Command::new("bash").args(["-c", &sh]));
+}
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// An attachment record as the CNI writes it for the claim's device (the frozen macvlan record
+/// of the record tests, its conf naming the claim), under the driver's data dir.
+fn write_attachment(data: &Path, uid: &str, device: &str) -> PathBuf {
+    let text = std::fs::read_to_string(repo(
+        "src/attach/testdata/records-schema-2/macvlan/c1:net1.json",
+    ))
+    .unwrap();
+    let mut rec: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    rec["conf"] = json!({"cniVersion": "1.1.0", "name": "cn", "type": "rdma-ns", "dra": true,
+        "draDevice": {"claim": {"namespace": "default", "name": "rdma", "uid": uid},
+                      "request": "rdma", "pool": "node-a", "device": device, "netdev": "ens1f0np0"}});
+    let dir = data.join("cn");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c1:net1.json");
+    std::fs::write(&path, format!("{rec}\n")).unwrap();
+    path
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
+    let Some(bin) = kube_bin() else {
+        let allowed = std::env::var("RDMA_NS_ALLOW_SKIP").unwrap_or_default();
+        if allowed.split(',').any(|s| s == "dra_apiserver") {
+            eprintln!("SKIP dra_apiserver: no kube-apiserver (allowed by RDMA_NS_ALLOW_SKIP)");
+            return;
+        }
+        panic!(
+            "no kube-apiserver, etcd and kubectl in ~/.cache/rdma-ns/lab/bin/kubernetes-v1.37.2 \
+             (or $RDMA_NS_KUBE_BIN): build them with install/lab/build.sh kubernetes, or set \
+             RDMA_NS_ALLOW_SKIP=dra_apiserver"
+        );
+    };
+    let api = ApiServer::start(bin);
+    for f in ["deviceclasses.yaml", "rbac.yaml", "configmap.yaml"] {
+        api.apply(&repo("install/dra").join(f));
+    }
+    // The documented claim templates (conf/dra/), matchAttribute and opaque config included.
+    api.apply(&repo("conf/dra/resourceclaimtemplate.yaml"));
+    let templates = api.get(&["resourceclaimtemplates", "-n", "default"]);
+    assert_eq!(
+        templates["items"].as_array().unwrap().len(),
+        3,
+        "{templates}"
+    );
+    let classes = api.get(&["deviceclasses"]);
+    assert_eq!(classes["items"].as_array().unwrap().len(), 4, "{classes}");
+    api.create_json(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));
+
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let dir = api.dir.join("node");
+    let cfg = json!({"dataDir": dir.join("data"), "cdiDir": dir.join("cdi"), "kubeletDir": dir.join("kubelet"), "resyncSeconds": 2});
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let mut driver = Command::new(env!("CARGO_BIN_EXE_rdma-ns-dra"))
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .args(["--node-name", "node-a", "--log-level", "debug"])
+        .env("KUBECONFIG", api.kubeconfig())
+        .env("RDMA_NS_SYSFS_ROOT", fx.path())
+        .stderr(std::fs::File::create(api.dir.join("driver.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(api.dir.join("driver.log")).unwrap_or_default();
+
+    // The slice, as the server stored it.
+    wait_for("the ResourceSlice", || {
+        api.kubectl(&["get", "resourceslice", "node-a.rdma-ns.io"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let slice = api.get(&["resourceslice", "node-a.rdma-ns.io"]);
+    assert_eq!(slice["spec"]["nodeName"], "node-a");
+    assert_eq!(
+        slice["metadata"]["ownerReferences"][0]["name"], "node-a",
+        "{slice}"
+    );
+    let devices = slice["spec"]["devices"].as_array().unwrap();
+    let pf = devices
+        .iter()
+        .find(|d| d["name"] == "mlx5-0-p1")
+        .unwrap_or_else(|| panic!("{slice}"));
+    assert_eq!(
+        pf["allowMultipleAllocations"], true,
+        "consumable capacity kept: {pf}"
+    );
+    assert_eq!(
+        pf["attributes"]["resource.kubernetes.io/pcieRoot"]["string"],
+        "pci0000:3a"
+    );
+    assert_eq!(
+        pf["attributes"]["k8s.cni.cncf.io/deviceID"]["string"],
+        "rdma-ns:mlx5-0-p1"
+    );
+    assert_eq!(pf["attributes"]["ibDevice"]["string"], "mlx5_0");
+
+    // A claim the scheduler allocated mlx5-0-p1, reserved for a pod.
+    api.create_json(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "rdma", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"deviceClassName": "rdma-ns-roce"}}]}}}));
+    let uid = api.get(&["resourceclaim", "rdma", "-n", "default"])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let status = json!({"status": {
+        "allocation": {"devices": {"results": [{"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1", "shareID": "2b7c9a40-0000-4000-8000-000000000001"}]},
+                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "7f0e2d10-0000-4000-8000-000000000001"}]}});
+    run(&mut api.kubectl(&[
+        "patch",
+        "resourceclaim",
+        "rdma",
+        "-n",
+        "default",
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        &status.to_string(),
+    ]));
+
+    let sock = dir.join("kubelet/plugins/rdma-ns.io/dra.sock");
+    let channel = Endpoint::try_from("http://[::1]:1")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let sock = sock.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(sock).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let prepared = DraPluginClient::new(channel)
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![Claim {
+                namespace: "default".into(),
+                name: "rdma".into(),
+                uid: uid.clone(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = &prepared.claims[&uid];
+    assert_eq!(answer.error, "", "{}", log());
+    assert_eq!(
+        answer.devices[0].share_id.as_deref(),
+        Some("2b7c9a40-0000-4000-8000-000000000001")
+    );
+
+    // ADD (the record), then DEL (its removal), then a failed ADD: the claim's status follows.
+    let record = write_attachment(&dir.join("data"), &uid, "mlx5-0-p1");
+    let claim_devices =
+        || api.get(&["resourceclaim", "rdma", "-n", "default"])["status"]["devices"].clone();
+    wait_for("Ready on the claim", || {
+        claim_devices()[0]["conditions"][0]["status"] == "True"
+    });
+    let d = claim_devices()[0].clone();
+    assert_eq!(d["driver"], "rdma-ns.io");
+    assert_eq!(d["shareID"], "2b7c9a40-0000-4000-8000-000000000001");
+    assert_eq!(d["networkData"]["interfaceName"], "net1", "{d}");
+    assert_eq!(d["networkData"]["ips"], json!(["10.9.0.5/24"]));
+    assert_eq!(d["networkData"]["hardwareAddress"], "42:75:18:bf:af:c2");
+    assert_eq!(d["data"]["ibDevice"], "mlx5_0");
+    assert_eq!(d["data"]["gidIndex"], 6);
+    std::fs::remove_file(&record).unwrap();
+    wait_for("the status cleared after DEL", || {
+        claim_devices().as_array().map_or(true, |a| a.is_empty())
+    });
+    let failure = json!({"containerId": "c2", "ifname": "net1", "device": "mlx5-0-p1", "code": 110, "message": "parent ens1f0np0 is down"});
+    std::fs::write(
+        dir.join("data/_claims")
+            .join(format!("{uid}.add-error.json")),
+        failure.to_string(),
+    )
+    .unwrap();
+    wait_for("AddFailed on the claim", || {
+        claim_devices()[0]["conditions"][0]["reason"] == "AddFailed"
+    });
+    let msg = claim_devices()[0]["conditions"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("rdma-ns code 110") && msg.contains("is down"),
+        "{msg}"
+    );
+
+    let _ = driver.kill();
+    let _ = driver.wait();
+    assert!(
+        !log().contains("reconcile:"),
+        "a reconcile failed: {}",
+        log()
+    );
+}

@@ -1,0 +1,210 @@
+//! The CNI binary attaching a pod's prepared DRA claim (issue 31, §4), exec'd as the runtime
+//! execs it, in real network namespaces, with the prepared-claim record the driver writes at
+//! NodePrepareResources (written here with the library's own type, as the driver does):
+//! - Multus's DRA path: `deviceID` `rdma-ns:<device>`, CNI_IFNAME net1;
+//! - standalone: rdma-ns chained after the primary plugin in the runtime's own conflist
+//!   (`dra.ifname`, `dra.optional`), its result appended to the primary's, and a pod without a
+//!   claim passed through;
+//! - a pod without a prepared claim refused with code 122 and nothing made.
+//!
+//! The claim's device is a veth standing in for a RoCE netdev; the claim says macvlan.
+
+mod common;
+
+use common::*;
+use rdma_ns::attach::claim::{ClaimRef, ClaimStore, PreparedClaim, PreparedDevice};
+use serde_json::{json, Value};
+
+const POD_UID: &str = "5d1c7e2a-0000-4000-8000-0000000000aa";
+
+/// The record rdma-ns-dra writes for a claim of `netdev`, reserved for POD_UID.
+fn prepare(data: &DataDir, netdev: &str) {
+    let device = PreparedDevice {
+        request: "rdma".into(),
+        pool: "node-a".into(),
+        device: "roce-a".into(),
+        share_id: None,
+        kind: "roce".into(),
+        netdev: netdev.into(),
+        ibdev: None,
+        port: None,
+        pci_address: None,
+        lock_key: format!("mac-{netdev}"),
+        cdi_device_ids: vec![],
+        attach: json!({"mode": "macvlan", "mtu": 1400})
+            .as_object()
+            .unwrap()
+            .clone(),
+    };
+    let claim = PreparedClaim {
+        claim: ClaimRef {
+            namespace: "team".into(),
+            name: "trainer-rdma".into(),
+            uid: "c1a1-uid".into(),
+        },
+        pod_uids: vec![POD_UID.into()],
+        devices: vec![device],
+        cdi_spec: None,
+        written_by: None,
+    };
+    ClaimStore::new(std::path::Path::new(&data.state()))
+        .save(&claim)
+        .unwrap();
+}
+
+fn conf(data: &DataDir, dra: Value, address: &str) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "rdma-dra",
+        "type": "rdma-ns",
+        "dra": dra,
+        "dataDir": data.state(),
+        "ipam": static_ipam(address),
+    })
+}
+
+/// The attachment records under the data dir (the prepared claims' `_claims/` aside).
+fn attachments(data: &DataDir) -> Vec<std::path::PathBuf> {
+    let claims = data.path().join("state").join("_claims");
+    data.records()
+        .into_iter()
+        .filter(|r| !r.starts_with(&claims))
+        .collect()
+}
+
+fn args(uid: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=team;K8S_POD_NAME=trainer-0;K8S_POD_UID={uid}")
+}
+
+/// Multus with DRA: the device's deviceID, the pod's UID; net1 is a macvlan child of the
+/// claim's netdev with the claim's MTU, its record names the claim; DEL removes it all.
+#[test]
+fn multus_attaches_the_claims_device_by_its_device_id() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    prepare(&data, &veth.nic);
+    let mut c = conf(&data, json!(true), "10.77.0.2/24");
+    c["deviceID"] = "rdma-ns:roce-a".into();
+    c["pciBusID"] = "rdma-ns:roce-a".into();
+    let mut add = Call::new("ADD", "ctr-multus", &ns.path(), "net1");
+    add.args = args(POD_UID);
+    let result = add.run(&c).ok().json();
+    assert_eq!(result["interfaces"][0]["name"], "net1", "{result}");
+    let link = ns.link("net1").expect("net1 in the pod");
+    assert_eq!(link["mtu"], 1400, "{link}");
+    assert_eq!(link["linkinfo"]["info_kind"], "macvlan", "{link}");
+    assert_eq!(ns.addrs("net1"), ["10.77.0.2/24"]);
+    let records = attachments(&data);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let text = std::fs::read_to_string(&records[0]).unwrap();
+    assert!(
+        text.contains("\"draDevice\"") && text.contains("c1a1-uid"),
+        "{text}"
+    );
+
+    let mut del = Call::new("DEL", "ctr-multus", &ns.path(), "net1");
+    del.args = args(POD_UID);
+    del.run(&c).ok();
+    assert!(ns.link("net1").is_none());
+    assert!(attachments(&data).is_empty());
+    assert!(
+        host_link(&veth.nic).is_some(),
+        "the parent stays in the host"
+    );
+}
+
+/// Without Multus: chained after the primary plugin (CNI_IFNAME eth0, its prevResult), the pod
+/// gets net1 and the result lists eth0's interface and IP first; DEL with eth0 removes net1.
+/// A pod without a claim passes through with the primary's result and nothing made.
+#[test]
+fn standalone_chain_adds_net1_after_the_primary_and_passes_pods_without_claims() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    prepare(&data, &veth.nic);
+    // The rdma-ns entry of the documented conflist, its IPAM and data dir this test's.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/dra/standalone.conflist"
+    ))
+    .unwrap();
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let entry = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "rdma-ns")
+        .unwrap();
+    assert_eq!(entry["dra"], json!({"ifname": "net1", "optional": true}));
+    let mut c = conf(&data, entry["dra"].clone(), "10.78.0.2/24");
+    c["cniVersion"] = list["cniVersion"].clone();
+    c["name"] = list["name"].clone();
+    c["prevResult"] = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": ns.path()}],
+        "ips": [{"address": "10.244.1.5/24", "interface": 0}]
+    });
+    let mut add = Call::new("ADD", "ctr-chain", &ns.path(), "eth0");
+    add.args = args(POD_UID);
+    let result = add.run(&c).ok().json();
+    let names: Vec<&str> = result["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eth0", "net1"], "{result}");
+    assert_eq!(result["ips"][0]["address"], "10.244.1.5/24");
+    assert_eq!(result["ips"][1]["address"], "10.78.0.2/24");
+    assert_eq!(result["ips"][1]["interface"], 1, "{result}");
+    assert!(ns.link("net1").is_some());
+    assert!(
+        ns.link("eth0").is_none(),
+        "the primary's interface is the primary's"
+    );
+
+    let mut del = Call::new("DEL", "ctr-chain", &ns.path(), "eth0");
+    del.args = args(POD_UID);
+    del.run(&c).ok();
+    assert!(ns.link("net1").is_none());
+    assert!(attachments(&data).is_empty());
+
+    let other = TestNetns::new();
+    let mut plain = Call::new("ADD", "ctr-plain", &other.path(), "eth0");
+    plain.args = args("0f0f0f0f-0000-4000-8000-000000000000");
+    let passed = plain.run(&c).ok().json();
+    assert_eq!(
+        passed["interfaces"], c["prevResult"]["interfaces"],
+        "{passed}"
+    );
+    assert_eq!(passed["ips"], c["prevResult"]["ips"], "{passed}");
+    assert!(other.link("net1").is_none());
+    assert!(attachments(&data).is_empty());
+}
+
+/// A DRA network for a pod without a prepared claim: code 122 naming the pod, no interface,
+/// no record, no address held; the same pod with its claim prepared then attaches.
+#[test]
+fn a_pod_without_a_prepared_claim_gets_122_and_nothing_changes() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    let c = conf(&data, json!(true), "10.79.0.2/24");
+    let mut add = Call::new("ADD", "ctr-none", &ns.path(), "net1");
+    add.args = args(POD_UID);
+    let msg = add.run(&c).err(122);
+    assert!(
+        msg.contains(POD_UID) && msg.contains("nothing was changed"),
+        "{msg}"
+    );
+    assert!(ns.link("net1").is_none());
+    assert!(attachments(&data).is_empty());
+
+    prepare(&data, &veth.nic);
+    add.run(&c).ok();
+    assert!(ns.link("net1").is_some());
+    let mut del = Call::new("DEL", "ctr-none", &ns.path(), "net1");
+    del.args = args(POD_UID);
+    del.run(&c).ok();
+}

@@ -1,0 +1,351 @@
+//! The driver killed at random instants while the kubelet prepares and unprepares a claim
+//! (issue 31, §3), as tests/random_kills.rs does for ADD: the real `rdma-ns-dra` binary, on a
+//! fixture node (RDMA_NS_SYSFS_ROOT) with its claims read from files in place of the API
+//! server (RDMA_NS_DRA_TEST_CLAIMS; both debug-build seams), driven over its unix socket by a
+//! gRPC client as the kubelet drives it. After each kill the driver is started again and the
+//! kubelet's retry must get the answer an unkilled run gets, with the same files byte for byte;
+//! after unprepare nothing of the claim may be left: no CDI spec, record, temp file or lock.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
+use rdma_ns::dra::proto::dra_v1::{
+    Claim, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
+};
+use rdma_ns::kernel::topology::fixtures::SysfsFixture;
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const UID: &str = "9a1c6f3e-0000-4000-8000-00000000c1a1";
+
+struct Node {
+    _fx: SysfsFixture,
+    fx_root: PathBuf,
+    dir: PathBuf,
+}
+
+impl Node {
+    fn new(tag: &str) -> Node {
+        let fx = SysfsFixture::all().unwrap();
+        fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("rdma-ns-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("claims/team")).unwrap();
+        let claim = json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "team", "name": "trainer", "uid": UID},
+            "spec": {},
+            "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1"},
+                    {"request": "rdma2", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-2-p1"}
+                ]}},
+                "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "pod-1"}]
+            }
+        });
+        std::fs::write(dir.join("claims/team/trainer.json"), claim.to_string()).unwrap();
+        let cfg = json!({
+            "dataDir": dir.join("data"),
+            "cdiDir": dir.join("cdi"),
+            "kubeletDir": dir.join("kubelet"),
+        });
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        Node {
+            fx_root: fx.path().to_path_buf(),
+            _fx: fx,
+            dir,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("kubelet/plugins/rdma-ns.io/dra.sock")
+    }
+
+    fn start(&self) -> Driver {
+        self.start_with(&[])
+    }
+
+    /// The driver with `env` added (RDMA_NS_TEST_KILL_AT: killed at a named point).
+    fn start_with(&self, env: &[(&str, &str)]) -> Driver {
+        let _ = std::fs::remove_file(self.socket());
+        let child = Command::new(env!("CARGO_BIN_EXE_rdma-ns-dra"))
+            .envs(env.iter().copied())
+            .args(["--config"])
+            .arg(self.dir.join("config.json"))
+            .args(["--node-name", "node-a", "--log-level", "error"])
+            .env("RDMA_NS_SYSFS_ROOT", &self.fx_root)
+            .env("RDMA_NS_DRA_TEST_CLAIMS", self.dir.join("claims"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("rdma-ns-dra");
+        let driver = Driver(child);
+        // The socket's file appears at bind(2), before listen(2): wait for a connection.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "rdma-ns-dra does not listen on its socket"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        driver
+    }
+
+    /// Every file under the node's data and CDI dirs, with its text.
+    fn files(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for top in ["data", "cdi"] {
+            walk(&self.dir.join(top), &self.dir, &mut out);
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, String)>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, base, out);
+        } else {
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            out.push((rel, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+}
+
+async fn connect(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    Endpoint::try_from("http://[::1]:1")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let s = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+fn claim() -> Claim {
+    Claim {
+        namespace: "team".into(),
+        name: "trainer".into(),
+        uid: UID.into(),
+    }
+}
+
+async fn prepare(node: &Node) -> Result<NodePrepareResourceResponse, tonic::Status> {
+    let mut c = DraPluginClient::new(connect(&node.socket()).await);
+    let req = NodePrepareResourcesRequest {
+        claims: vec![claim()],
+    };
+    Ok(c.node_prepare_resources(req).await?.into_inner().claims[UID].clone())
+}
+
+async fn unprepare(node: &Node) -> Result<String, tonic::Status> {
+    let mut c = DraPluginClient::new(connect(&node.socket()).await);
+    let req = NodeUnprepareResourcesRequest {
+        claims: vec![claim()],
+    };
+    Ok(
+        c.node_unprepare_resources(req).await?.into_inner().claims[UID]
+            .error
+            .clone(),
+    )
+}
+
+/// A small xorshift: the instants, reproducible from the seed the test prints.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// A running driver, killed when dropped (a failing test leaves none behind).
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kill(driver: Driver) {
+    drop(driver);
+}
+
+/// The same files with the same contents; a difference names the files first.
+fn assert_same_files(got: &[(String, String)], want: &[(String, String)], when: &str) {
+    let names = |f: &[(String, String)]| f.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(names(got), names(want), "{when}");
+    for ((p, a), (_, b)) in got.iter().zip(want) {
+        assert!(a == b, "{when}: {p} differs:\n{a}\n---\n{b}");
+    }
+}
+
+/// What must be left after unprepare: nothing of the claim. Device locks stay (one per device,
+/// as for the CNI).
+fn assert_clean(node: &Node, when: &str) {
+    let left: Vec<String> = node
+        .files()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| !(p.starts_with("data/locks/pci-") && p.ends_with(".lock")))
+        .collect();
+    assert!(left.is_empty(), "{when}: left behind: {left:?}");
+}
+
+#[tokio::test]
+async fn the_driver_killed_at_random_instants_leaves_the_kubelets_retry_the_same_outcome() {
+    let node = Node::new("dra-kills");
+    // The reference: one run no one kills.
+    let driver = node.start();
+    let started = Instant::now();
+    let reference = prepare(&node).await.unwrap();
+    let took = started.elapsed().as_micros() as u64;
+    assert_eq!(reference.error, "", "{reference:?}");
+    assert_eq!(reference.devices.len(), 2);
+    let prepared_files = node.files();
+    assert!(
+        prepared_files.iter().any(|(p, _)| p.starts_with("cdi/")),
+        "{prepared_files:?}"
+    );
+    assert_eq!(unprepare(&node).await.unwrap(), "");
+    assert_clean(&node, "the reference unprepare");
+    kill(driver);
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}, an unkilled prepare took {took} us");
+    let mut rng = Rng(seed);
+    // Calls the kill cut off before the driver answered: the kills must land while it works.
+    let (mut cut_prepares, mut cut_unprepares) = (0, 0);
+    let rounds: u64 = std::env::var("RDMA_NS_DRA_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    for round in 0..rounds {
+        // Prepare, killed somewhere within twice an unkilled run's time.
+        let driver = node.start();
+        let at = Duration::from_micros(rng.below(2 * took + 1));
+        let sock = node.socket();
+        let call = tokio::spawn(async move { prepare_at(sock).await });
+        tokio::time::sleep(at).await;
+        kill(driver);
+        cut_prepares += usize::from(call.await.ok().flatten().is_none());
+        let driver = node.start();
+        let retried = prepare(&node).await.unwrap();
+        assert_eq!(
+            retried, reference,
+            "round {round} (prepare killed at {at:?})"
+        );
+        assert_eq!(
+            node.files(),
+            prepared_files,
+            "round {round}: prepare killed at {at:?}"
+        );
+        kill(driver);
+
+        // Unprepare, killed likewise.
+        let driver = node.start();
+        let at = Duration::from_micros(rng.below(2 * took + 1));
+        let sock = node.socket();
+        let call = tokio::spawn(async move { unprepare_at(sock).await });
+        tokio::time::sleep(at).await;
+        kill(driver);
+        cut_unprepares += usize::from(call.await.ok().flatten().is_none());
+        let driver = node.start();
+        assert_eq!(unprepare(&node).await.unwrap(), "", "round {round}");
+        assert_clean(&node, &format!("round {round}: unprepare killed at {at:?}"));
+        kill(driver);
+    }
+    eprintln!("{rounds} rounds: {cut_prepares} prepares and {cut_unprepares} unprepares cut off by the kill");
+    assert!(
+        cut_prepares > 0 && cut_unprepares > 0,
+        "no kill landed during a call: {cut_prepares}, {cut_unprepares}"
+    );
+}
+
+async fn prepare_at(sock: PathBuf) -> Option<NodePrepareResourceResponse> {
+    let mut c = DraPluginClient::new(connect(&sock).await);
+    let req = NodePrepareResourcesRequest {
+        claims: vec![claim()],
+    };
+    c.node_prepare_resources(req)
+        .await
+        .ok()
+        .map(|r| r.into_inner().claims[UID].clone())
+}
+
+async fn unprepare_at(sock: PathBuf) -> Option<String> {
+    let mut c = DraPluginClient::new(connect(&sock).await);
+    let req = NodeUnprepareResourcesRequest {
+        claims: vec![claim()],
+    };
+    c.node_unprepare_resources(req)
+        .await
+        .ok()
+        .map(|r| r.into_inner().claims[UID].error.clone())
+}
+
+/// The named instants between prepare's and unprepare's writes (RDMA_NS_TEST_KILL_AT): after
+/// the record and before the CDI spec, after the spec, after unprepare removed the spec.
+#[tokio::test]
+async fn the_driver_killed_between_its_writes_leaves_the_retry_the_same_outcome() {
+    let node = Node::new("dra-kill-points");
+    let driver = node.start();
+    let reference = prepare(&node).await.unwrap();
+    let prepared_files = node.files();
+    assert_eq!(unprepare(&node).await.unwrap(), "");
+    kill(driver);
+    for point in ["dra-record", "dra-cdi"] {
+        let mut driver = node.start_killed_at(point);
+        let lost = prepare(&node).await;
+        assert!(lost.is_err(), "{point}: the call must die with the driver");
+        let _ = driver.0.wait();
+        let driver = node.start();
+        assert_eq!(prepare(&node).await.unwrap(), reference, "{point}");
+        assert_same_files(&node.files(), &prepared_files, point);
+        kill(driver);
+
+        let mut driver = node.start_killed_at("dra-uncdi");
+        assert!(
+            unprepare(&node).await.is_err(),
+            "{point}: unprepare dies at dra-uncdi"
+        );
+        let _ = driver.0.wait();
+        let driver = node.start();
+        assert_eq!(unprepare(&node).await.unwrap(), "");
+        assert_clean(&node, point);
+        kill(driver);
+    }
+}
+
+impl Node {
+    fn start_killed_at(&self, point: &str) -> Driver {
+        self.start_with(&[("RDMA_NS_TEST_KILL_AT", point)])
+    }
+}
