@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test tier; as root on a fresh Debian 12 it first installs what the tiers need.
 #   tests/run.sh            all tiers: lint, unit, root integration, e2e, benchmark smoke, VM
-#                           (one VM tier per kernel: vm-6.1 and vm-7)
-#   tests/run.sh --no-vm    leave out the VM tiers (quick local runs; reported as skipped)
+#                           (one VM tier per kernel: vm-6.1 and vm-7), Kubernetes (kube)
+#   tests/run.sh --no-vm    leave out the VM tiers and kube (quick local runs; reported as skipped)
+#   tests/run.sh --no-kube  leave out the Kubernetes tier (reported as skipped)
 #   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
 # Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
 # skipped), then one line per skip, then as the very last line "N passed, N failed" (with
@@ -15,12 +16,14 @@ REPO=$(pwd)
 export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
 run_vm=1
+run_kube=1
 run_bench=1
 for arg in "$@"; do
   case "$arg" in
-    --no-vm) run_vm=0 ;;
+    --no-vm) run_vm=0 run_kube=0 ;;
+    --no-kube) run_kube=0 ;;
     --no-bench) run_bench=0 ;;
-    *) echo "usage: tests/run.sh [--no-vm] [--no-bench]" >&2; exit 2 ;;
+    *) echo "usage: tests/run.sh [--no-vm] [--no-kube] [--no-bench]" >&2; exit 2 ;;
   esac
 done
 
@@ -34,6 +37,8 @@ fi
 E2E=tests/e2e/run.sh
 BENCH=tests/bench/run.sh
 VM=tests/vm/run.sh
+KUBE=tests/kube/run.sh
+LAB_BUILD=install/lab/build.sh
 
 # The root-integration test targets the host tier runs, by exact cargo target name. Every
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
@@ -52,15 +57,20 @@ ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plu
 # protobuf-compiler: protoc compiles the kubelet's protos (proto/) for rdma-ns-dra (feature
 # dra, which every cargo tier builds with); openssl: tests/dra_apiserver.rs's certificates.
 ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev libibverbs-dev
-  librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping protobuf-compiler openssl)
+  librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping protobuf-compiler openssl
+  gcc libc6-dev libseccomp-dev)
+# gcc, libc6-dev and libseccomp-dev: the lab's components (install/lab/build.sh, tier lab-build:
+# Kubernetes, etcd and containerd from the Go module proxy), which the root tier's
+# dra_apiserver runs and the kube tier boots.
 # The other tiers name their own packages (--print-packages); all are installed here in one go,
 # and each tier checks its own again before it runs a case.
 pkgs=("${ROOT_PKGS[@]}")
 pkg_errors=()
-for t in "$E2E" "$BENCH" "$VM"; do
+for t in "$E2E" "$BENCH" "$VM" "$KUBE"; do
   case $t in
     "$BENCH") [ "$run_bench" = 1 ] || continue ;;
     "$VM") [ "$run_vm" = 1 ] || continue ;;
+    "$KUBE") [ "$run_kube" = 1 ] || continue ;;
   esac
   if [ -f "$t" ] && list=$(bash "$t" --print-packages); then
     read -r -a more <<<"$list"
@@ -198,6 +208,17 @@ else
   fail_tier lint "cargo not found (a Rust toolchain: rustup)"
 fi
 
+# The lab's components, built from the Go module proxy at install/lab/versions' pins (cached by
+# version: a second run builds nothing). The root tier needs Kubernetes and etcd
+# (dra_apiserver), the kube tier all of them; its time is the cold build's share of a fresh run.
+if [ ! -f "$LAB_BUILD" ]; then
+  fail_tier lab-build "$LAB_BUILD is missing"
+elif [ "$run_kube" = 1 ]; then
+  run_tier lab-build exit bash "$LAB_BUILD"
+else
+  run_tier lab-build exit bash "$LAB_BUILD" kubernetes
+fi
+
 if [ "${#root_missing[@]}" -gt 0 ]; then
   fail_tier unit "missing: ${root_missing[*]}"
   fail_tier root "missing: ${root_missing[*]}"
@@ -233,6 +254,14 @@ for kernel in 6.1 7; do
     fail_tier "vm-$kernel" "$VM is missing"
   fi
 done
+
+if [ "$run_kube" = 0 ]; then
+  skip_tier kube "$([ "$run_vm" = 0 ] && echo --no-vm || echo --no-kube)"
+elif [ -f "$KUBE" ]; then
+  run_tier kube summary bash "$KUBE"
+else
+  fail_tier kube "$KUBE is missing"
+fi
 
 # ---------------------------------------------------------------- summary
 tp=0 tf=0 ts=0

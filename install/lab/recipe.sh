@@ -12,7 +12,7 @@ MANIFESTS=(python3 "$LAB_DIR/manifests.py")
 ref() { awk -v n="$1" '$1 == n { print $2 }' "$LAB_CACHE/images/refs"; }
 k() { "${KUBECTL[@]}" "$@"; }
 apply() { k apply -f - >&2; }
-rollout() { k -n "$1" rollout status "$2" --timeout "${3:-600s}" >&2; }
+rollout() { k -n "$1" rollout status "$2" --timeout "${3:-1200s}" >&2; }
 
 # README step 1: the installer DaemonSet, with its image set; rdma-ns lands in each node's
 # /opt/cni/bin. Its `reconcile` container runs too.
@@ -82,8 +82,9 @@ node_agent() {
 # README step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
 # device of their own: every pod gets its own Soft-RoCE device).
 networks() {
-    say "recipe 3: conf/nad-macvlan.yaml, nad-rail0.yaml, nad-rail1.yaml: masters rail0/rail1, softRoce"
+    say "recipe 3: conf/nad-macvlan.yaml, nad-macvlan-qos.yaml, nad-rail0.yaml, nad-rail1.yaml: masters rail0/rail1, softRoce"
     "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-macvlan.yaml" 'master="rail0"' softRoce=true | apply
+    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-macvlan-qos.yaml" 'master="rail0"' softRoce=true | apply
     "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail0.yaml" 'master="rail0"' softRoce=true | apply
     "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail1.yaml" 'master="rail1"' softRoce=true | apply
 }
@@ -93,7 +94,7 @@ pods() {
     say "recipe 4: two pods shaped like conf/pod.yaml, rdma-a on node1 and rdma-b on node2"
     "${MANIFESTS[@]}" pod "$LAB_REPO/conf/pod.yaml" rdma-a node1 "$(ref lab-tools)" | apply
     "${MANIFESTS[@]}" pod "$LAB_REPO/conf/pod.yaml" rdma-b node2 "$(ref lab-tools)" | apply
-    k wait --for=condition=Ready pod/rdma-a pod/rdma-b --timeout 600s >&2
+    k wait --for=condition=Ready pod/rdma-a pod/rdma-b --timeout 1200s >&2
 }
 
 installer

@@ -1,6 +1,7 @@
 """RDMA between pods on the two nodes, through the real stack: kubelet, containerd, Multus,
 whereabouts, rdma-ns with a Soft-RoCE device per pod, and the rail segments between the VMs."""
 import json
+import re
 import subprocess
 import time
 
@@ -90,9 +91,12 @@ def server_client(lab, server_pod, server_script, port, client_pod, client_scrip
     return server_out, client.stdout + client.stderr
 
 
-def ib_write_bw(lab, a, b, size=65536, iters=2000):
-    """ib_write_bw from pod a to pod b on env's device and GID index; Gb/s reported."""
+def ib_write_bw(lab, a, b, size=65536, iters=2000, tclass=False):
+    """ib_write_bw from pod a to pod b on env's device and GID index (and with tclass, env's
+    traffic class); Gb/s reported."""
     tool = f"timeout -s KILL {TOOL_TIMEOUT} ib_write_bw -d \"${{UCX_NET_DEVICES%%:*}}\" -x \"$UCX_IB_GID_INDEX\" -F --report_gbits -s {size} -n {iters} -p 18515"
+    if tclass:
+        tool += ' --tclass="$NCCL_IB_TC"'
     server, client = server_client(lab, b.pod, ON_ENV + repr(tool), 18515, a.pod,
                                    ON_ENV + repr(tool + f" {b.ip}"), "ib_write_bw")
     for out, view, peer in ((client, a, b), (server, b, a)):
@@ -202,3 +206,55 @@ def two_rails(lab):
             raise Fail(f"rping on {rail} moved {moved} bytes on {other}, {sent} on {rail}")
         print(f"      {rail}: {a.ip} -> {b.ip} on {a.ibdev}: {rail} +{sent} bytes, {other} +{moved}")
     lab.delete_pods("t-rails-a", "t-rails-b")
+
+
+def rail_capture_start(lab, n, rail, path):
+    """tcpdump on node n's rail (the host side of the segment between the VMs), RoCE v2 only,
+    printing each packet's IP header (-v: the TOS byte) as it comes (-l)."""
+    lab.sh(n, f"rm -f {path}; (setsid timeout -s INT 300 tcpdump -i {rail} -n -v -l udp port 4791 > {path} 2>{path}.err &) ;"
+              f" for i in $(seq 50); do grep -q 'listening on' {path}.err && exit 0; sleep 0.2; done; cat {path}.err; exit 1")
+
+
+def rail_capture_stop(lab, n, path):
+    """Stops the capture and returns {(src, dst): {tos, ...}} over the packets it printed."""
+    text = lab.sh(n, f"pkill -INT -f 'tcpdump -i rail' ; sleep 1; cat {path}")
+    seen, tos = {}, None
+    for line in text.splitlines():
+        if line.startswith("IP ") or line.startswith("IP6 "):
+            m = re.search(r"\btos 0x([0-9a-f]+)", line)
+            tos = int(m.group(1), 16) if m else None
+        elif " > " in line and tos is not None:
+            src, dst = line.split(" > ")[:2]
+            key = (src.strip().rsplit(".", 1)[0], dst.split(":")[0].rsplit(".", 1)[0])
+            seen.setdefault(key, set()).add(tos)
+            tos = None
+    return seen
+
+
+@case
+def qos_on_the_rail(lab):
+    # conf/nad-macvlan-qos.yaml (roceQos DSCP 26 with ECN, priority 3: traffic class 106) on
+    # rail0: what env hands the pods, and the TOS byte of every RoCE packet between the nodes,
+    # captured on node1's rail0, for perftest given env's values and RDMA CM's default (rping).
+    lab.lab_pod("q-a", "node1", networks="roce-lossless")
+    lab.lab_pod("q-b", "node2", networks="roce-lossless")
+    lab.wait_ready("q-a", "q-b")
+    a, b = PodView(lab, "q-a", 1), PodView(lab, "q-b", 2)
+    want = {"NCCL_IB_TC": "106", "UCX_IB_TRAFFIC_CLASS": "106", "NCCL_IB_SL": "3", "UCX_IB_SL": "3"}
+    for v in (a, b):
+        got = {k: v.env.get(k) for k in want}
+        if got != want:
+            raise Fail(f"{v.pod}: rdma-ns env gives {got}, the network's roceQos means {want}")
+    path = "/tmp/qos-rail0.txt"
+    for what, run in (("ib_write_bw --tclass", lambda: ib_write_bw(lab, a, b, 4096, 200, tclass=True)),
+                      ("rping", lambda: rping(lab, a, b))):
+        rail_capture_start(lab, 1, "rail0", path)
+        try:
+            run()
+        finally:
+            seen = rail_capture_stop(lab, 1, path)
+        for key in ((a.ip, b.ip), (b.ip, a.ip)):
+            if seen.get(key) != {106}:
+                raise Fail(f"{what}: RoCE packets {key[0]} -> {key[1]} on rail0 carried TOS {seen.get(key)}, want {{106}} (all: {seen})")
+        print(f"      {what}: rail0 TOS 0x6a both ways ({a.ip} <-> {b.ip})")
+    lab.delete_pods("q-a", "q-b")
