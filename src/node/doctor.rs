@@ -176,6 +176,7 @@ pub fn run(node: &Node, net: &dyn NetView, opts: &Options) -> Report {
         devices,
         mode,
         pod: opts.pod,
+        soft_roce_module: node.module_present("rdma_rxe"),
     }
     .check(&mut r);
     PortsCheck { topo, devices }.check(&mut r);

@@ -10,11 +10,29 @@ pub(super) struct DevicesCheck<'a> {
     pub(super) devices: &'a [IbDevice],
     pub(super) mode: Option<NetnsMode>,
     pub(super) pod: bool,
+    /// rdma_rxe is loaded: a node whose RDMA is Soft-RoCE has no ib device until a
+    /// `softRoce` network makes a pod's own (the lab's nodes, README "Try it: the lab").
+    pub(super) soft_roce_module: bool,
 }
 
 impl DevicesCheck<'_> {
     pub(super) fn check(&self, r: &mut Report) {
         if !self.devices.is_empty() {
+            return;
+        }
+        if self.soft_roce_module && !self.pod {
+            r.push(
+                "devices",
+                Severity::Warn,
+                "/sys/class/infiniband",
+                "no ib device, rdma_rxe loaded: only networks with softRoce get RDMA here \
+                 (each pod's own Soft-RoCE device); any other network's pods get none",
+                Some(
+                    "for RDMA without softRoce, load the NIC's RDMA driver, or add a Soft-RoCE \
+                     device: rdma link add rxe0 type rxe netdev <ethernet netdev>"
+                        .into(),
+                ),
+            );
             return;
         }
         let fix = if self.pod && self.mode == Some(NetnsMode::Exclusive) {

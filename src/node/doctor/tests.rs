@@ -326,6 +326,27 @@ fn no_ib_device_fails_and_names_the_driver_or_rxe() {
 }
 
 #[test]
+fn no_ib_device_with_rdma_rxe_loaded_is_a_soft_roce_node_and_warns() {
+    // The lab's nodes: rdma_rxe loaded, devices only made per pod by softRoce networks.
+    let env = Env {
+        fx: SysfsFixture::new().unwrap(),
+        ..Env::healthy()
+    };
+    env.fx.write_attr("module/rdma_rxe/refcnt", "0").unwrap();
+    let f = one(&env.run(), "devices", "infiniband", Severity::Warn);
+    assert!(f.finding.contains("softRoce"), "{f:?}");
+    // In a pod there is no such excuse: the pod sees its own devices or none.
+    let pod = Env {
+        opts: Options {
+            pod: true,
+            ..Options::default()
+        },
+        ..env
+    };
+    one(&pod.run(), "devices", "infiniband", Severity::Fail);
+}
+
+#[test]
 fn netns_mode_is_read_from_ib_core_and_checked_against_the_confs() {
     let mut env = Env::healthy();
     env.conf(macvlan("roce", "ens1f0np0"));
