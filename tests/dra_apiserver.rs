@@ -24,13 +24,30 @@ use rdma_ns::kernel::topology::fixtures::SysfsFixture;
 use serde_json::{json, Value};
 use tonic::transport::{Endpoint, Uri};
 
+/// Where install/lab/build.sh puts Kubernetes: `$RDMA_NS_LAB_CACHE` (default
+/// ~/.cache/rdma-ns/lab) `/bin/kubernetes-<the version pinned in install/lab/versions>`.
+fn lab_kube_dir() -> PathBuf {
+    let versions =
+        std::fs::read_to_string(repo("install/lab/versions")).expect("install/lab/versions");
+    let version = versions
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("kubernetes ")
+                .and_then(|r| r.split_whitespace().nth(1))
+        })
+        .expect("a kubernetes line in install/lab/versions");
+    let cache = std::env::var_os("RDMA_NS_LAB_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/rdma-ns/lab")
+        });
+    cache.join("bin").join(format!("kubernetes-{version}"))
+}
+
 fn kube_bin() -> Option<PathBuf> {
     let dir = std::env::var_os("RDMA_NS_KUBE_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/rdma-ns/lab/bin/kubernetes-v1.37.2")
-        });
+        .unwrap_or_else(lab_kube_dir);
     ["kube-apiserver", "etcd", "kubectl"]
         .iter()
         .all(|b| dir.join(b).exists())
@@ -258,9 +275,9 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
             return;
         }
         panic!(
-            "no kube-apiserver, etcd and kubectl in ~/.cache/rdma-ns/lab/bin/kubernetes-v1.37.2 \
-             (or $RDMA_NS_KUBE_BIN): build them with install/lab/build.sh kubernetes, or set \
-             RDMA_NS_ALLOW_SKIP=dra_apiserver"
+            "no kube-apiserver, etcd and kubectl in {} (or $RDMA_NS_KUBE_BIN): build them with \
+             install/lab/build.sh kubernetes, or set RDMA_NS_ALLOW_SKIP=dra_apiserver",
+            lab_kube_dir().display()
         );
     };
     let api = ApiServer::start(bin);

@@ -180,12 +180,19 @@ build_one() {
 main() {
     check_prerequisites
     [[ ${1:-} != --check ]] || return 0
-    local names=("$@") name
+    local names=("$@") name built=0
     ((${#names[@]})) || mapfile -t names < <(awk '!/^#/ && NF { print $1 }' "$LAB_DIR/versions")
     for name in "${names[@]}"; do
         [[ $name == etcd ]] && continue # inside the kubernetes binary
+        cmp -s "$(lab_bin_dir "$name")/.stamp" <(stamp_of "$name") 2>/dev/null || built=1
         build_one "$name"
     done
+    # Go's build cache (6.7 GB after Kubernetes) serves nothing once every binary is stamped; the
+    # module cache (2.2 GB) stays, so a changed pin downloads only what changed.
+    if ((built)) && [[ ${RDMA_NS_LAB_KEEP_GOCACHE:-0} != 1 ]]; then
+        go clean -cache
+        say "Go's build cache removed (RDMA_NS_LAB_KEEP_GOCACHE=1 keeps it)"
+    fi
 }
 
 main "$@"

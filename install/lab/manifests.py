@@ -13,7 +13,7 @@ the lab (install/lab/recipe.sh). Each reads YAML documents from FILE and prints 
         containers on IMAGE running `sleep`, privileged (a Soft-RoCE device is made at the pod's
         CNI ADD, after any device plugin's allocation, so only a privileged container sees its
         uverbs node: README, "What the pod's containers need"), without the device plugin's
-        resources (it has no Soft-RoCE device to give), and on NETWORKS when given
+        resources (it has no Soft-RoCE device to give), and on NETWORKS when given (empty: the default network only)
 """
 import json
 import sys
@@ -77,6 +77,8 @@ def pod(path, name, node, ref, networks=None):
     p["metadata"]["name"] = name
     if networks:
         p["metadata"].setdefault("annotations", {})["k8s.v1.cni.cncf.io/networks"] = networks
+    elif networks == "":  # the default network only
+        p["metadata"].get("annotations", {}).pop("k8s.v1.cni.cncf.io/networks", None)
     spec = p["spec"]
     spec["nodeName"] = node
     spec.pop("initContainers", None)

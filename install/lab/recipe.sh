@@ -19,14 +19,12 @@ rollout() { k -n "$1" rollout status "$2" --timeout "${3:-1200s}" >&2; }
 installer() {
     say "recipe 1: install/daemonset.yaml with image $(ref installer)"
     "${MANIFESTS[@]}" image "$LAB_REPO/install/daemonset.yaml" "$(ref installer)" | apply
-    rollout kube-system ds/rdma-ns-installer
 }
 
 # Multus, thin plugin: deployments/multus-daemonset.yml of its module, image set.
 multus() {
     say "multus $(lab_version multus) (thin): its deployments/multus-daemonset.yml"
     "${MANIFESTS[@]}" image "$(lab_bin_dir multus)/multus-daemonset.yml" "$(ref multus)" | apply
-    rollout kube-system ds/kube-multus-ds
 }
 
 # whereabouts, conf/'s IPAM: its CRDs and doc/crds/daemonset-install.yaml, image set.
@@ -38,7 +36,6 @@ whereabouts() {
         -f "$d/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml" \
         -f "$d/whereabouts.cni.cncf.io_nodeslicepools.yaml" >&2
     "${MANIFESTS[@]}" image "$d/daemonset-install.yaml" "$(ref whereabouts)" | apply
-    rollout kube-system ds/whereabouts
 }
 
 # README step 3's device plugin: conf/device-plugins' ConfigMap, then the plugin as its README
@@ -48,7 +45,6 @@ device_plugin() {
     say "the RDMA shared device plugin $(lab_version rdma-shared-dp): conf/device-plugins ConfigMap, its DaemonSet"
     k apply -f "$LAB_REPO/conf/device-plugins/rdma-shared-dev-plugin.yaml" >&2
     "${MANIFESTS[@]}" image "$(lab_bin_dir rdma-shared-dp)/deployment/k8s/base/daemonset.yaml" "$(ref rdma-shared-dp)" | apply
-    rollout kube-system ds/rdma-shared-dp-ds
 }
 
 # NFD: its deployment/overlays/default (kubectl apply -k), image set by a kustomization.
@@ -68,15 +64,12 @@ images:
   newTag: $(ref nfd | cut -d: -f2)
 EOF
     k apply -k "$work" >&2
-    rollout node-feature-discovery ds/nfd-worker
-    rollout node-feature-discovery deploy/nfd-master
 }
 
 # rdma-ns's node agent (exporter, doctor --nfd), same image as the installer.
 node_agent() {
     say "install/node-agent.yaml"
     "${MANIFESTS[@]}" image "$LAB_REPO/install/node-agent.yaml" "$(ref installer)" | apply
-    rollout kube-system ds/rdma-ns-node
 }
 
 # README step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
@@ -97,6 +90,19 @@ pods() {
     k wait --for=condition=Ready pod/rdma-a pod/rdma-b --timeout 1200s >&2
 }
 
+# Every workload is applied first and waited for after, so that the nodes start them side by
+# side (under TCG a pod start is a minute or more; one after the other they took 15).
+rollouts() {
+    say "waiting for the rollouts"
+    rollout kube-system ds/rdma-ns-installer
+    rollout kube-system ds/kube-multus-ds
+    rollout kube-system ds/whereabouts
+    rollout kube-system ds/rdma-shared-dp-ds
+    rollout node-feature-discovery ds/nfd-worker
+    rollout node-feature-discovery deploy/nfd-master
+    rollout kube-system ds/rdma-ns-node
+}
+
 installer
 multus
 whereabouts
@@ -104,4 +110,5 @@ device_plugin
 nfd
 node_agent
 networks
+rollouts
 [[ ${RDMA_NS_LAB_PODS:-1} == 0 ]] || pods

@@ -9,7 +9,7 @@ from lab import NODES, REPO, Fail, case, wait_until
 
 
 def records_of(lab, n, pod):
-    return [a for a in lab.attachments(n) if a["pod"] == f"default/{pod}"]
+    return lab.pod_attachments(n, pod)
 
 
 def allocations_of(lab, pod):

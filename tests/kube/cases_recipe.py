@@ -57,7 +57,7 @@ def recipe(lab):
         p = lab.kjson("get", "pod", pod)
         if p["spec"]["nodeName"] != NODES[n - 1]:
             raise Fail(f"{pod} runs on {p['spec']['nodeName']}")
-        records = [a for a in lab.attachments(n) if a["pod"] == f"default/{pod}"]
+        records = lab.pod_attachments(n, pod)
         if len(records) != 1 or records[0]["phase"] != "ready" or records[0]["ifname"] != "net1":
             raise Fail(f"{pod}: records on {NODES[n - 1]}: {records}")
         addr = lab.pod_exec(pod, "ip", "-o", "addr", "show", "dev", "net1").stdout

@@ -7,7 +7,7 @@ import time
 
 from lab import Fail, case, wait_until
 
-TOOL_TIMEOUT = 120
+TOOL_TIMEOUT = 300
 # The verbs tools run through `rdma-ns env --exec`, on the device and GID index env names.
 ON_ENV = "rdma-ns env --exec -- sh -c "
 
@@ -25,7 +25,7 @@ class PodView:
         rail = rails[iface]
         self.env = doc["env"]
         self.ibdev, self.gid, self.ip = rail["ibdev"], rail["gidIndex"], rail["ip"]
-        record = [a for a in lab.attachments(node) if a["pod"] == f"default/{pod}" and a["ifname"] == iface]
+        record = [a for a in lab.pod_attachments(node, pod) if a["ifname"] == iface]
         if len(record) != 1:
             raise Fail(f"{pod}: {len(record)} records for {iface} on node{node}")
         if record[0]["ibDevice"] != self.ibdev or self.gid not in record[0]["gidIndexes"]:
@@ -156,7 +156,7 @@ def traffic_across_nodes(lab):
     for v in (a, b):
         check_network_status(lab, v)
     before = rail_bytes(lab)
-    size, iters = 65536, 2000
+    size, iters = 65536, 200
     gbps = ib_write_bw(lab, a, b, size, iters)
     after = rail_bytes(lab)
     ok, sent, got = crossed(before, after, "rail0", size * iters)

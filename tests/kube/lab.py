@@ -114,6 +114,11 @@ class Lab:
     def attachments(self, n):
         return json.loads(self.node(n, "/opt/cni/bin/rdma-ns", "list", "--json").stdout or "[]")
 
+    def pod_attachments(self, n, pod, namespace="default"):
+        """The attachments of one pod on node n (`rdma-ns list --json`'s pod: name, namespace, uid)."""
+        return [a for a in self.attachments(n)
+                if (a.get("pod") or {}).get("name") == pod and a["pod"].get("namespace") == namespace]
+
     def soft_roce_devices(self, n):
         out = self.node(n, "rdma", "-j", "dev", "show").stdout
         return sorted(d["ifname"] for d in json.loads(out or "[]") if d["ifname"].startswith("rxe_"))
