@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test tier; as root on a fresh Debian 12 it first installs what the tiers need.
 #   tests/run.sh            all tiers: lint, unit, root integration, e2e, benchmark smoke, VM
-#                           (one VM tier per kernel: vm-6.1 and vm-7), Kubernetes (kube)
-#   tests/run.sh --no-vm    leave out the VM tiers and kube (quick local runs; reported as skipped)
-#   tests/run.sh --no-kube  leave out the Kubernetes tier (reported as skipped)
+#                           (one VM tier per kernel: vm-6.1 and vm-7)
+#   tests/run.sh --no-vm    leave out the VM tiers (quick local runs; reported as skipped)
+#   tests/run.sh --kube     also the Kubernetes tier (kube: tests/kube/run.sh). Not yet in the
+#                           default run: on 2 cores under TCG it takes longer than CI allows
+#                           (tests/README.md, "Kubernetes tier")
 #   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
 # Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
 # skipped), then one line per skip, then as the very last line "N passed, N failed" (with
@@ -13,17 +15,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
+export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin:$PATH"
 
 run_vm=1
-run_kube=1
+run_kube=0
 run_bench=1
 for arg in "$@"; do
   case "$arg" in
-    --no-vm) run_vm=0 run_kube=0 ;;
-    --no-kube) run_kube=0 ;;
+    --no-vm) run_vm=0 ;;
+    --kube) run_kube=1 ;;
     --no-bench) run_bench=0 ;;
-    *) echo "usage: tests/run.sh [--no-vm] [--no-kube] [--no-bench]" >&2; exit 2 ;;
+    *) echo "usage: tests/run.sh [--no-vm] [--no-bench] [--kube]" >&2; exit 2 ;;
   esac
 done
 
@@ -255,12 +257,8 @@ for kernel in 6.1 7; do
   fi
 done
 
-if [ "$run_kube" = 0 ]; then
-  skip_tier kube "$([ "$run_vm" = 0 ] && echo --no-vm || echo --no-kube)"
-elif [ -f "$KUBE" ]; then
-  run_tier kube summary bash "$KUBE"
-else
-  fail_tier kube "$KUBE is missing"
+if [ "$run_kube" = 1 ]; then
+  if [ -f "$KUBE" ]; then run_tier kube summary bash "$KUBE"; else fail_tier kube "$KUBE is missing"; fi
 fi
 
 # ---------------------------------------------------------------- summary
