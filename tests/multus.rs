@@ -226,7 +226,11 @@ fn every_recipe_nad_works_with_what_multus_injects() {
                         1,
                         "{what}: the lease, while it exists"
                     );
-                    let declares_info = conf["runtimeConfig"]["CNIDeviceInfoFile"].is_string();
+                    // Every recipe NAD declares CNIDeviceInfoFile; a file is written when
+                    // there is something to describe: move mode's VF (its PCI address), not a
+                    // macvlan child of this veth, which has no ib device and no PCI function.
+                    let declares_info = conf["runtimeConfig"]["CNIDeviceInfoFile"].is_string()
+                        && conf["mode"] == "move";
                     if declares_info {
                         let info: Value =
                             serde_json::from_slice(&std::fs::read(&info_path).unwrap()).unwrap();
