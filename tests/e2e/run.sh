@@ -960,8 +960,12 @@ A64_BIN=$REPO/target/$A64_TARGET/release/rdma-ns
 #   points; attach::soft_roce::tests: the softRoce step over the same kit; kernel::conformance:
 #   the scenarios run on the fake kernel);
 # - open(2) with O_PATH (qemu drops the flag and opens the char device itself: ENXIO, and ELOOP
-#   on the symlink case): attach::permissions.
-A64_SKIP=(kernel::netns kernel::conformance attach::tests attach::soft_roce::tests attach::permissions)
+#   on the symlink case): attach::permissions;
+# - attach::qos::tests: the roce-qos step over the same kit as attach::tests (NS_GET_NSTYPE);
+# - kernel::ethtool: its test's SIOCETHTOOL ioctl on loopback failed under qemu-aarch64-static
+#   7.2 (seen in the fresh run of 2026-12-03) and passes in the unit tier.
+A64_SKIP=(kernel::netns kernel::conformance attach::tests attach::soft_roce::tests attach::permissions
+  attach::qos::tests kernel::ethtool)
 cargo_version() { awk -F'"' '/^version = / {print $2; exit}' Cargo.toml; }
 # Both architectures from the one script (install/build.sh --all: aarch64 cross-linked with
 # rust-lld), the aarch64 binary run under qemu-user, and the unit tests through a cargo runner.
