@@ -32,7 +32,7 @@ use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, rdma_cm_listening, require_per_netns_rxe, require_vm, run,
-    server_and_client, switch_to_exclusive, tcp_listening, text, wait_until, Budget,
+    server_and_client, tcp_listening, text, wait_until, Budget, Exclusive,
 };
 
 /// A bound for each verbs tool, in seconds (TCG: generous, only a hang reaches it).
@@ -737,35 +737,6 @@ fn vm_qos_an_ipv6_pair_sends_its_byte_in_the_traffic_class() {
     // only ("Address family for hostname not supported" for fd00:94::2).
     let p = alone("rping6", v1, v2, |c, s| both_ok("rping", &rping(c, s)));
     p.assert_only(v1.ip, v2.ip, 138);
-}
-
-/// Exclusive RDMA netns mode until dropped (declare it first: it must drop after the pods).
-struct Exclusive;
-
-impl Exclusive {
-    fn switch() -> Exclusive {
-        switch_to_exclusive(Budget::Checks {
-            checks: 300,
-            every: Duration::from_millis(100),
-        });
-        Exclusive
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        // The pods' netns are freed asynchronously; until then the switch answers EBUSY.
-        for _ in 0..100 {
-            let back = Command::new("rdma")
-                .args(["system", "set", "netns", "shared"])
-                .output();
-            if back.is_ok_and(|o| o.status.success()) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = Command::new("ip").args(["netns", "add", "vmpod"]).output();
-    }
 }
 
 #[test]

@@ -21,14 +21,13 @@ mod common;
 mod vm_support;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use common::{state_dir, Call, PLUGIN};
 use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
     rdma_cm_listening, record, record_exists, require_per_netns_rxe, require_vm, run, run_in,
-    server_and_client, switch_to_exclusive, tcp_listening, text, verbs_gid_index, Budget,
+    server_and_client, tcp_listening, text, verbs_gid_index, Exclusive,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -390,36 +389,6 @@ fn vm_soft_roce_macvlan_pods_carry_verbs_rdma_cm_and_ucx_on_what_env_names() {
 fn vm_soft_roce_moved_pods_carry_verbs_rdma_cm_and_ucx_on_what_env_names() {
     // Moved veth ends at MTU 9000: RoCE's active MTU 4096.
     shared_mode_pods(Shape::Move { mtu: 9000 }, 4096);
-}
-
-/// Exclusive RDMA netns mode until dropped (declare it first: it must drop after the pods).
-struct Exclusive;
-
-impl Exclusive {
-    /// The mode changes only while the initial netns is the only one: the case's `vmpod` goes.
-    fn switch() -> Exclusive {
-        switch_to_exclusive(Budget::Checks {
-            checks: 300,
-            every: Duration::from_millis(100),
-        });
-        Exclusive
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        // The pods' netns are freed asynchronously; until then the switch answers EBUSY.
-        for _ in 0..100 {
-            let back = Command::new("rdma")
-                .args(["system", "set", "netns", "shared"])
-                .output();
-            if back.is_ok_and(|o| o.status.success()) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = Command::new("ip").args(["netns", "add", "vmpod"]).output();
-    }
 }
 
 /// The uverbs node of `ibdev` as sysfs in `pod` names it.

@@ -372,6 +372,37 @@ pub fn switch_to_exclusive(budget: Budget) {
     assert_eq!(read("/sys/module/ib_core/parameters/netns_mode"), "N");
 }
 
+/// Exclusive RDMA netns mode until dropped (declare it first: it must drop after the pods);
+/// the cases of vm_soft_roce.rs and vm_qos.rs in exclusive mode.
+pub struct Exclusive;
+
+impl Exclusive {
+    /// The mode changes only while the initial netns is the only one: the case's `vmpod` goes.
+    pub fn switch() -> Exclusive {
+        switch_to_exclusive(Budget::Checks {
+            checks: 300,
+            every: Duration::from_millis(100),
+        });
+        Exclusive
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        // The pods' netns are freed asynchronously; until then the switch answers EBUSY.
+        for _ in 0..100 {
+            let back = Command::new("rdma")
+                .args(["system", "set", "netns", "shared"])
+                .output();
+            if back.is_ok_and(|o| o.status.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("ip").args(["netns", "add", "vmpod"]).output();
+    }
+}
+
 /// A TCP socket listens on `port` in the netns `pod` (`ss`).
 pub fn tcp_listening(pod: &str, port: u16) -> bool {
     let filter = format!("sport = :{port}");
