@@ -51,6 +51,20 @@ mount_disk() {
     done
     # kubelet and containerd need mount propagation for volumes and the pod netns.
     mount --make-rshared /
+    drop_truncated_serving_cert
+}
+
+# A VM that ends hard (a guest panic, a test's reboot) right after kubelet wrote its self-signed
+# serving pair can leave both files empty (ext4 delayed allocation), and kubelet then refuses to
+# start ("missing content for serving cert"). It makes the pair anew when none is there.
+drop_truncated_serving_cert() {
+    local f
+    for f in /var/lib/kubelet/pki/kubelet.crt /var/lib/kubelet/pki/kubelet.key; do
+        if [[ -f $f && ! -s $f ]]; then
+            say "kubelet's $f is empty (the VM ended while it was written): removed, kubelet makes a new pair"
+            rm -f /var/lib/kubelet/pki/kubelet.crt /var/lib/kubelet/pki/kubelet.key
+        fi
+    done
 }
 
 link_by_mac() {
