@@ -156,6 +156,10 @@ failSwapOn: false
 failCgroupV1: true
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+# Under TCG a container's create and start through containerd, runc and a 9p root take minutes
+# when a node starts its DaemonSets' pods at once; the default 2m made kubelet give up on calls
+# containerd went on with, and retry them, which only added load ("context deadline exceeded").
+runtimeRequestTimeout: 10m
 registerNode: true
 # A lab node is small and its disk is a file: no evictions for space or memory.
 evictionHard: { memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%" }
