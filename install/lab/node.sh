@@ -89,6 +89,17 @@ network() {
     : >/etc/resolv.conf
 }
 
+# khugepaged runs at nice 19 and can be preempted inside an RCU read-side section; on one busy
+# TCG vCPU it then waits minutes for the CPU, every synchronize_rcu() with it (seen: "rcu_preempt
+# detected stalls ... P36" = khugepaged, and containerd's task deletes, which wait on cgroup and
+# netns teardown, timing out for half an hour). A lab node does not need huge pages.
+no_huge_page_scans() {
+    local t=/sys/kernel/mm/transparent_hugepage
+    [[ -w $t/enabled ]] || return 0
+    echo never >"$t/enabled"
+    echo never >"$t/defrag"
+}
+
 modules() {
     modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_umad macvlan veth bridge overlay nf_tables \
         nf_conntrack br_netfilter configfs || fail "modprobe failed"
@@ -240,6 +251,7 @@ boot() {
     mkdir -p "$LOGDIR" /run/lab
     cp "$LAB_NODE_ENV" /run/lab/node.env
     mount_disk
+    no_huge_page_scans
     network
     modules
     cni_defaults
