@@ -90,25 +90,22 @@ pods() {
     k wait --for=condition=Ready pod/rdma-a pod/rdma-b --timeout 1200s >&2
 }
 
-# Every workload is applied first and waited for after, so that the nodes start them side by
-# side (under TCG a pod start is a minute or more; one after the other they took 15).
-rollouts() {
-    say "waiting for the rollouts"
-    rollout kube-system ds/rdma-ns-installer
-    rollout kube-system ds/kube-multus-ds
-    rollout kube-system ds/whereabouts
-    rollout kube-system ds/rdma-shared-dp-ds
-    rollout node-feature-discovery ds/nfd-worker
-    rollout node-feature-discovery deploy/nfd-master
-    rollout kube-system ds/rdma-ns-node
-}
-
+# One workload at a time, each waited for before the next: with all of them started at once a
+# 1-vCPU TCG node ran at load 15, containerd's 10 s deadline for handling a container's exit
+# expired again and again, and the init containers that had long finished stayed "running" for
+# over 15 minutes (kubelet never saw them end), so the rollouts timed out.
 installer
+rollout kube-system ds/rdma-ns-installer
 multus
+rollout kube-system ds/kube-multus-ds
 whereabouts
+rollout kube-system ds/whereabouts
 device_plugin
+rollout kube-system ds/rdma-shared-dp-ds
 nfd
+rollout node-feature-discovery ds/nfd-worker
+rollout node-feature-discovery deploy/nfd-master
 node_agent
+rollout kube-system ds/rdma-ns-node
 networks
-rollouts
 [[ ${RDMA_NS_LAB_PODS:-1} == 0 ]] || pods
