@@ -47,7 +47,10 @@ device_plugin() {
     "${MANIFESTS[@]}" image "$(lab_bin_dir rdma-shared-dp)/deployment/k8s/base/daemonset.yaml" "$(ref rdma-shared-dp)" | apply
 }
 
-# NFD: its deployment/overlays/default (kubectl apply -k), image set by a kustomization.
+# NFD: its deployment/overlays/default (kubectl apply -k), image set by a kustomization, and
+# its probes given TCG's time: with their 1 s timeout a busy lab node missed the health checks,
+# kubelet killed nfd-worker again and again, and its rollout flapped for over 15 minutes.
+SLOW_PROBES='[{"op": "add", "path": "/spec/template/spec/containers/0/livenessProbe/timeoutSeconds", "value": 30}, {"op": "add", "path": "/spec/template/spec/containers/0/livenessProbe/failureThreshold", "value": 10}, {"op": "add", "path": "/spec/template/spec/containers/0/readinessProbe/timeoutSeconds", "value": 30}]'
 nfd() {
     local d work=$LAB_STATE/nfd-kustomize
     d=$(lab_bin_dir nfd)/deployment
@@ -62,6 +65,10 @@ images:
 - name: registry.k8s.io/nfd/node-feature-discovery
   newName: $(ref nfd | cut -d: -f1)
   newTag: $(ref nfd | cut -d: -f2)
+patches:
+$(for target in DaemonSet:nfd-worker Deployment:nfd-master Deployment:nfd-gc; do
+    printf -- "- target: {kind: %s, name: %s}\\n  patch: '%s'\\n" "${target%%:*}" "${target#*:}" "$SLOW_PROBES"
+done)
 EOF
     k apply -k "$work" >&2
 }
