@@ -217,7 +217,9 @@ def rail_capture_start(lab, n, rail, path):
 
 def rail_capture_stop(lab, n, path):
     """Stops the capture and returns {(src, dst): {tos, ...}} over the packets it printed."""
-    text = lab.sh(n, f"pkill -INT -f 'tcpdump -i rail' ; sleep 1; cat {path}")
+    # "[t]cpdump": the pattern must not match this very `sh -c`, whose command line holds it
+    # (pkill -f sent the shell SIGINT and the node call ended with 255).
+    text = lab.sh(n, f"pkill -INT -f '[t]cpdump -i rail' ; sleep 1; cat {path}")
     seen, tos = {}, None
     for line in text.splitlines():
         if line.startswith("IP ") or line.startswith("IP6 "):
