@@ -8,6 +8,10 @@ import time
 from lab import Fail, case, wait_until
 
 TOOL_TIMEOUT = 300
+# How long a server gets to listen: each `ss` through kubectl exec takes tens of seconds on a TCG
+# node, and 60 s (two or three looks) ran out before ib_write_bw listened (qos-on-the-rail's
+# second real run).
+LISTEN_WAIT = 240
 # The verbs tools run through `rdma-ns env --exec`, on the device and GID index env names.
 ON_ENV = "rdma-ns env --exec -- sh -c "
 
@@ -80,7 +84,7 @@ def server_client(lab, server_pod, server_script, port, client_pod, client_scrip
         if cm:
             time.sleep(3)  # rping's server binds through the CM; no TCP port to watch
         else:
-            wait_until(f"{what} server listening on {port}", 60, lambda: listening(lab, server_pod, port))
+            wait_until(f"{what} server listening on {port}", LISTEN_WAIT, lambda: listening(lab, server_pod, port))
         client = lab.pod_exec(client_pod, "sh", "-c", client_script, check=False, timeout=TOOL_TIMEOUT + 30)
     except Fail:
         server.kill()
