@@ -167,8 +167,9 @@ failSwapOn: false
 failCgroupV1: true
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-# Under TCG a container's create and start through containerd, runc and a 9p root take minutes
-# when a node starts its DaemonSets' pods at once; the default 2m made kubelet give up on calls
+# Under TCG a container's create and start through containerd and runc take minutes when a
+# node starts its DaemonSets' pods at once (CPU-bound: runc --version alone takes 2 s, from the
+# 9p root or from memory alike); the default 2m made kubelet give up on calls
 # containerd went on with, and retry them, which only added load ("context deadline exceeded").
 runtimeRequestTimeout: 10m
 registerNode: true
