@@ -200,7 +200,14 @@ fn soft_roce(topo: &RdmaSysfs<'_>, netdev: &str) -> io::Result<Option<InvDevice>
         .as_ref()
         .and_then(|d| d.pci_bdf())
         .map(str::to_string);
-    let function = pci
+    // Where the netdev sits: its PCI function, or a virtio netdev's virtio-pci function (cloud
+    // VMs, the lab's nodes), whose root complex and NUMA node are the netdev's too.
+    let placed = n
+        .device
+        .as_ref()
+        .and_then(|d| d.placement_bdf())
+        .map(str::to_string);
+    let function = placed
         .as_deref()
         .map(|bdf| topo.pci_function(bdf))
         .transpose()?
@@ -221,11 +228,11 @@ fn soft_roce(topo: &RdmaSysfs<'_>, netdev: &str) -> io::Result<Option<InvDevice>
         ibdev: None,
         port: None,
         lock_key: lock_key(topo, pci.as_deref(), netdev)?,
-        pcie_root: pci.as_deref().and_then(|bdf| pcie_root(topo, bdf)),
+        pcie_root: placed.as_deref().and_then(|bdf| pcie_root(topo, bdf)),
         numa_node: function.as_ref().and_then(|f| f.numa_node),
         driver: function.as_ref().and_then(|f| f.driver.clone()),
         function: pci.as_ref().map(|_| "pf"),
-        pci_address: pci,
+        pci_address: placed,
         port_state: None,
         phys_state: None,
         rate: None,
@@ -300,7 +307,7 @@ pub fn device_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::topology::fixtures::SysfsFixture;
+    use crate::kernel::topology::fixtures::{NetdevSpec, PciSpec, SysfsFixture};
 
     fn by_name<'a>(devs: &'a [InvDevice], name: &str) -> &'a InvDevice {
         devs.iter()
@@ -403,6 +410,57 @@ mod tests {
             .unwrap();
         let shared = read(fx.root(), &cfg).unwrap();
         assert!(shared.iter().all(InvDevice::shared), "{shared:#?}");
+    }
+
+    /// A virtio netdev (a cloud VM's NIC, the lab's rails) hangs under a virtio device, not a
+    /// PCI function: this machine's own eth0 is `devices/pci0000:00/0000:00:03.0/virtio2/net/
+    /// eth0`, with `virtio2/subsystem -> bus/virtio`. Its Soft-RoCE device still gets the root
+    /// complex and NUMA node of the virtio-pci function, and its lock key stays its address.
+    #[test]
+    fn a_virtio_netdev_is_placed_under_its_virtio_pci_function() {
+        let fx = SysfsFixture::new().unwrap();
+        let pci = fx
+            .add_pci_function(&PciSpec {
+                bdf: "0000:41:00.0",
+                upstream: "pci0000:40/0000:40:00.0",
+                numa_node: 1,
+                current_link: ("2.5 GT/s PCIe", 1),
+                max_link: ("2.5 GT/s PCIe", 1),
+                driver: Some("virtio-pci"),
+            })
+            .unwrap();
+        let virtio = pci.join("virtio3");
+        fx.symlink(virtio.join("subsystem"), "bus/virtio").unwrap();
+        fx.add_netdev(&NetdevSpec::ethernet(
+            "rail1",
+            4,
+            Some(&virtio),
+            "52:54:00:1a:02:01",
+        ))
+        .unwrap();
+        fx.write_attr("class/net/rail1/carrier", "1").unwrap();
+        let cfg = DriverConfig {
+            soft_roce_netdevs: vec!["rail1".into()],
+            ..DriverConfig::default()
+        };
+        let devs = read(fx.root(), &cfg).unwrap();
+        let soft = by_name(&devs, "softroce-rail1");
+        assert_eq!(soft.pcie_root.as_deref(), Some("pci0000:40"));
+        assert_eq!(soft.pci_address.as_deref(), Some("0000:41:00.0"));
+        assert_eq!(soft.numa_node, Some(1));
+        assert_eq!(soft.lock_key, "mac-52:54:00:1a:02:01");
+        assert_eq!(soft.function, None);
+
+        // Its presence twin: a netdev with no device at all (veth) is placed nowhere.
+        fx.add_netdev(&NetdevSpec::ethernet("v9", 5, None, "ee:00:00:00:00:09"))
+            .unwrap();
+        let cfg = DriverConfig {
+            soft_roce_netdevs: vec!["v9".into()],
+            ..DriverConfig::default()
+        };
+        let devs = read(fx.root(), &cfg).unwrap();
+        let veth = by_name(&devs, "softroce-v9");
+        assert_eq!((veth.pcie_root.as_ref(), veth.numa_node), (None, None));
     }
 
     #[test]

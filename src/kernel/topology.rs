@@ -322,9 +322,12 @@ pub enum BusDevice {
         name: String,
         pci_parent: Option<String>,
     },
+    /// Any other bus (a virtio device, ...), with the PCI function it sits under if it has one
+    /// (virtio-pci: `devices/pci0000:00/0000:00:03.0/virtio2`).
     Other {
         subsystem: Option<String>,
         name: String,
+        pci_parent: Option<String>,
     },
 }
 
@@ -335,6 +338,16 @@ impl BusDevice {
             BusDevice::Pci { bdf } => Some(bdf),
             BusDevice::Auxiliary { pci_parent, .. } => pci_parent.as_deref(),
             BusDevice::Other { .. } => None,
+        }
+    }
+
+    /// The PCI function the device is placed under, for topology (root complex, NUMA node):
+    /// [`Self::pci_bdf`], or a virtio device's PCI transport. Not an identity: a virtio-pci
+    /// function is not the netdev's own device, so locks and device-info keep `pci_bdf`.
+    pub fn placement_bdf(&self) -> Option<&str> {
+        match self {
+            BusDevice::Other { pci_parent, .. } => pci_parent.as_deref(),
+            _ => self.pci_bdf(),
         }
     }
 }
@@ -793,19 +806,28 @@ fn bus_device(dir: &Path) -> io::Result<BusDevice> {
     let subsystem = link_name(&dir.join("subsystem"))?;
     Ok(match subsystem.as_deref() {
         Some("pci") => BusDevice::Pci { bdf: name },
-        Some("auxiliary") => {
-            // mlx5 SF aux devices sit under their PCI function: commit "net/mlx5: SF, Add
-            // auxiliary device driver" (2021) shows
-            // `devices/pci0000:00/0000:00:03.0/0000:06:00.0/mlx5_core.sf.4`.
-            let pci_parent = match dir.parent() {
-                Some(p) if link_name(&p.join("subsystem"))?.as_deref() == Some("pci") => {
-                    p.file_name().map(|n| n.to_string_lossy().into_owned())
-                }
-                _ => None,
-            };
-            BusDevice::Auxiliary { name, pci_parent }
+        // mlx5 SF aux devices sit under their PCI function: commit "net/mlx5: SF, Add
+        // auxiliary device driver" (2021) shows
+        // `devices/pci0000:00/0000:00:03.0/0000:06:00.0/mlx5_core.sf.4`.
+        Some("auxiliary") => BusDevice::Auxiliary {
+            name,
+            pci_parent: pci_parent(dir)?,
+        },
+        _ => BusDevice::Other {
+            subsystem,
+            name,
+            pci_parent: pci_parent(dir)?,
+        },
+    })
+}
+
+/// The PCI function directly above a device directory, if the parent is one.
+fn pci_parent(dir: &Path) -> io::Result<Option<String>> {
+    Ok(match dir.parent() {
+        Some(p) if link_name(&p.join("subsystem"))?.as_deref() == Some("pci") => {
+            p.file_name().map(|n| n.to_string_lossy().into_owned())
         }
-        _ => BusDevice::Other { subsystem, name },
+        _ => None,
     })
 }
 
