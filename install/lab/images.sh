@@ -13,6 +13,8 @@
 #   lab-tools        rdma-ns/lab-tools: Debian's ibverbs-utils, rdmacm-utils, perftest,
 #                    ucx-utils, iproute2 and tcpdump, as this machine has them (debs.py), busybox
 #                    for a shell, rdma-ns at /usr/local/bin/rdma-ns
+#   dra              install/dra/Containerfile's final stage: rdma-ns-dra (release, feature
+#                    dra) with the glibc libraries it links (ldd) in place of Debian's slim base
 #   multus, whereabouts, rdma-shared-dp, nfd
 #                    each project's binaries at the paths its own Dockerfile puts them, on
 #                    Debian's busybox-static in place of its base image
@@ -94,6 +96,32 @@ installer_image() {
         "localhost/rdma-ns-installer:$tag" -- "${args[@]}"
 }
 
+# install/dra/Containerfile's final stage, carried out like the installer's: its COPY of the
+# build stage's /rdma-ns-dra and its ENTRYPOINT. The driver links glibc dynamically, so the
+# image holds the libraries ldd names (the node's glibc is never mounted into a container) where
+# Debian's slim base would have them.
+driver_image() {
+    local tag=$1 commit bin line files=() entry="" lib
+    commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    (cd "$LAB_REPO" && RDMA_NS_GIT_COMMIT=$commit cargo build -q --release --locked --features dra --bin rdma-ns-dra) >&2 ||
+        die "cargo build --release --features dra --bin rdma-ns-dra failed"
+    bin=$LAB_REPO/target/release/rdma-ns-dra
+    while read -r line; do
+        case $line in
+        "COPY --from=build /rdma-ns-dra "*) files+=("${line##* }=$bin") ;;
+        "ENTRYPOINT "*) entry=${line#ENTRYPOINT } ;;
+        "FROM "* | "") ;;
+        *) die "install/dra/Containerfile's final stage has '$line', which images.sh cannot carry out" ;;
+        esac
+    done < <(awk '/^FROM /{stage=""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$LAB_REPO/install/dra/Containerfile" | grep -v '^#')
+    [[ -n $entry && ${#files[@]} == 1 ]] || die "install/dra/Containerfile's final stage has no COPY of /rdma-ns-dra or no ENTRYPOINT"
+    for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+        files+=("$lib=$(readlink -f "$lib")")
+    done
+    image dra "$(key_of "$bin" "$LAB_REPO/install/dra/Containerfile" -- "$tag" "${files[@]}")" \
+        "localhost/rdma-ns-dra:$tag" -- --files "${files[@]}" --entrypoint "$entry"
+}
+
 tools_image() {
     local bin=$1 root=$IMAGES/work/lab-tools list uris key
     list=$(python3 "$LAB_DIR/debs.py" "${TOOLS_PACKAGES[@]}") || die "the tools image's packages are not all installed"
@@ -173,6 +201,7 @@ main() {
         [[ -z $next ]] || echo "$next"
         pause_image
         installer_image "$bin" "$tag"
+        driver_image "$tag"
         tools_image "$bin"
         component_images
     } | tee "$IMAGES/refs.tmp"
