@@ -13,7 +13,9 @@ the lab (install/lab/recipe.sh). Each reads YAML documents from FILE and prints 
         containers on IMAGE running `sleep`, privileged (a Soft-RoCE device is made at the pod's
         CNI ADD, after any device plugin's allocation, so only a privileged container sees its
         uverbs node: README, "What the pod's containers need"), without the device plugin's
-        resources (it has no Soft-RoCE device to give), and on NETWORKS when given (empty: the default network only)
+        resources (it has no Soft-RoCE device to give) but with its DRA claims, and on NETWORKS
+        when given (empty: the default network only). A pod with claims gets a nodeSelector for
+        NODE instead of nodeName, so that the scheduler allocates its claims
 """
 import json
 import sys
@@ -80,7 +82,12 @@ def pod(path, name, node, ref, networks=None):
     elif networks == "":  # the default network only
         p["metadata"].get("annotations", {}).pop("k8s.v1.cni.cncf.io/networks", None)
     spec = p["spec"]
-    spec["nodeName"] = node
+    if spec.get("resourceClaims"):
+        # A pod with nodeName bypasses the scheduler, and only the scheduler allocates claims:
+        # the kubelet would wait for an allocation forever.
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    else:
+        spec["nodeName"] = node
     spec.pop("initContainers", None)
     spec.pop("volumes", None)
     spec["terminationGracePeriodSeconds"] = 1
@@ -94,7 +101,10 @@ def pod(path, name, node, ref, networks=None):
             res = c.get("resources", {}).get(kind, {})
             for key in [k for k in res if k.startswith("rdma/")]:
                 del res[key]
+        claims = c.get("resources", {}).get("claims")
         c.pop("resources", None)
+        if claims:
+            c["resources"] = {"claims": claims}
     return [p]
 
 
