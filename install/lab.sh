@@ -137,6 +137,7 @@ OTHER_NODE_IP=${NODE_IPS[$o]}
 MAC_MGMT=$(mac_of "$i" 0)
 MAC_RAIL0=$(mac_of "$i" 1)
 MAC_RAIL1=$(mac_of "$i" 2)
+MAC_AUX=$(mac_of "$i" 3)
 BIN=$(bin_path)
 PKI=$LAB_STATE/pki
 IMAGES=$LAB_CACHE/images
@@ -216,10 +217,19 @@ control_plane() {
 }
 
 # ---- nodes --------------------------------------------------------------------------------
-# The QEMU options of node $1: its management link on the bridge, its two rails.
+# The QEMU options of node $1: its management link on the bridge, its two rails, and a third
+# NIC (aux0) on a hub of its own, laid out over two NUMA nodes and two PCIe root complexes so
+# that the DRA driver's topology attributes have something to tell apart (issue 31, section 7):
+#   pci0000:00 (the q35 host bridge; the kernel gives its functions no NUMA node): mgmt0, rail0
+#   pci0000:40 (a pxb-pcie on NUMA node 1, one root port per NIC):           rail1, aux0
+# NUMA node 0 has the vCPU and half the memory, node 1 the other half.
 node_qemu_opts() {
-    local i=$1 opts r
-    opts="-netdev tap,id=mgmt,ifname=labtap$((i + 1)),script=no,downscript=no"
+    local i=$1 opts r half
+    half=$(($(mem_mib "$MEMORY") / 2))
+    opts="-object memory-backend-ram,id=mem0,size=${half}M -numa node,nodeid=0,cpus=0-$((CPUS - 1)),memdev=mem0"
+    opts+=" -object memory-backend-ram,id=mem1,size=${half}M -numa node,nodeid=1,memdev=mem1"
+    opts+=" -device pxb-pcie,id=pcie.1,bus_nr=64,numa_node=1,bus=pcie.0"
+    opts+=" -netdev tap,id=mgmt,ifname=labtap$((i + 1)),script=no,downscript=no"
     opts+=" -device virtio-net-pci,netdev=mgmt,mac=$(mac_of "$i" 0)"
     for r in 0 1; do
         if ((i == 0)); then
@@ -227,9 +237,25 @@ node_qemu_opts() {
         else
             opts+=" -netdev socket,id=rail$r,connect=127.0.0.1:${RAIL_PORTS[$r]}"
         fi
-        opts+=" -device virtio-net-pci,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"
+        if ((r == 0)); then
+            opts+=" -device virtio-net-pci,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"
+        else
+            opts+=" -device pcie-root-port,id=rp$r,bus=pcie.1,chassis=$((10 + r))"
+            opts+=" -device virtio-net-pci,bus=rp$r,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"
+        fi
     done
+    opts+=" -netdev hubport,id=aux,hubid=1 -device pcie-root-port,id=rpaux,bus=pcie.1,chassis=13"
+    opts+=" -device virtio-net-pci,bus=rpaux,netdev=aux,mac=$(mac_of "$i" 3)"
     echo "$opts"
+}
+
+# MiB in a QEMU size (3G, 3072M).
+mem_mib() {
+    case $1 in
+    *G) echo $((${1%G} * 1024)) ;;
+    *M) echo "${1%M}" ;;
+    *) die "RDMA_NS_LAB_MEMORY=$1: give it in G or M (3G, 3072M)" ;;
+    esac
 }
 
 # The node's supervisor: boots the VM again whenever it ends, until `down` asks it to stop (a

@@ -81,6 +81,8 @@ network() {
     link_by_mac "$MAC_MGMT" mgmt0
     link_by_mac "$MAC_RAIL0" rail0
     link_by_mac "$MAC_RAIL1" rail1
+    # A NIC on the second PCIe root with no segment behind it (install/lab.sh, node_qemu_opts).
+    [[ -z ${MAC_AUX:-} ]] || link_by_mac "$MAC_AUX" aux0
     ip addr add "$NODE_IP/24" dev mgmt0
     ip route add default via "$API"
     ip route add "$OTHER_POD_CIDR" via "$OTHER_NODE_IP"
