@@ -283,3 +283,78 @@ async fn the_health_stream_sends_the_list_then_each_change() {
     drop(stream);
     drv.stop().await;
 }
+
+/// The kubelet's plugin watcher dials the registration socket's bare path, and grpc-go sends
+/// that path as `:authority` (seen on the lab's kubelet 1.37: RST_STREAM PROTOCOL_ERROR from
+/// tonic, and no registration). These are its first frames, byte for byte as grpc-go's HPACK
+/// encoder lays them out (literal values, not Huffman-coded): the registration socket answers
+/// them, and the same bytes sent to a socket tonic serves directly are refused.
+#[tokio::test]
+async fn the_kubelets_request_with_the_socket_path_as_authority_is_answered() {
+    let d = Driver::start();
+    let reg = d.cfg.registration_socket();
+    let authority = reg.display().to_string();
+    let answer = raw_get_info(&reg, authority.as_bytes()).await;
+    assert_eq!(
+        answer,
+        Some(HEADERS_FRAME),
+        "the registration socket must answer"
+    );
+    let refused = raw_get_info(&d.cfg.plugin_socket(), authority.as_bytes()).await;
+    assert_eq!(
+        refused,
+        Some(RST_STREAM_FRAME),
+        "tonic alone refuses the path as authority"
+    );
+    d.stop().await;
+}
+
+const HEADERS_FRAME: u8 = 0x1;
+const RST_STREAM_FRAME: u8 = 0x3;
+
+/// Sends GetInfo as the kubelet's first request and returns the type of the first HEADERS or
+/// RST_STREAM frame the server sends on stream 1.
+async fn raw_get_info(sock: &Path, authority: &[u8]) -> Option<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::UnixStream::connect(sock).await.unwrap();
+    let mut block = vec![0x83, 0x86, 0x44];
+    let path = b"/pluginregistration.Registration/GetInfo";
+    block.push(path.len() as u8);
+    block.extend_from_slice(path);
+    block.push(0x41);
+    block.push(authority.len() as u8);
+    block.extend_from_slice(authority);
+    block.extend_from_slice(&[0x5f, 16]); // content-type (static 31), incremental indexing
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x00, 2, b't', b'e', 8]);
+    block.extend_from_slice(b"trailers");
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(HEADERS_FRAME, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0])); // an empty InfoRequest, END_STREAM
+    s.write_all(&out).await.unwrap();
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            s.read_exact(&mut head).await.ok()?;
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            s.read_exact(&mut payload).await.ok()?;
+            let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            if stream == 1 && (head[3] == HEADERS_FRAME || head[3] == RST_STREAM_FRAME) {
+                return Some(head[3]);
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .ok()
+        .flatten()
+}
