@@ -13,9 +13,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream, WatchStream};
+use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
@@ -242,38 +242,19 @@ pub async fn serve_plugin<S: ClaimSource>(
         .await
 }
 
-/// Serves registration on `listener` until `stop` resolves, each connection through
-/// [`authority::relay`]: the kubelet's registration client sends the socket's path as
-/// `:authority`, which tonic's HTTP/2 refuses.
+/// Serves registration on `listener` until `stop` resolves, each connection read through
+/// [`authority::AuthorityRewriting`]: the kubelet's registration client sends the socket's path
+/// as `:authority`, which tonic's HTTP/2 refuses.
 pub async fn serve_registration(
     listener: UnixListenerStream,
     registration: RegistrationService,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<UnixStream>>(8);
-    let accept = tokio::spawn(async move {
-        let mut listener = listener;
-        while let Some(conn) = listener.next().await {
-            let Ok(client) = conn else { continue };
-            let (near, far) = match UnixStream::pair() {
-                Ok(pair) => pair,
-                Err(e) => {
-                    eprintln!("rdma-ns-dra: registration connection dropped: socketpair: {e}");
-                    continue;
-                }
-            };
-            tokio::spawn(authority::relay(client, near));
-            if tx.send(Ok(far)).await.is_err() {
-                break;
-            }
-        }
-    });
-    let served = tonic::transport::Server::builder()
+    let incoming = listener.map(|conn| conn.map(authority::AuthorityRewriting::new));
+    tonic::transport::Server::builder()
         .add_service(RegistrationServer::new(registration))
-        .serve_with_incoming_shutdown(ReceiverStream::new(rx), stop)
-        .await;
-    accept.abort();
-    served
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await
 }
 
 mod authority;

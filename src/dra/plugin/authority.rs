@@ -7,17 +7,19 @@
 //! error -- failed to get plugin info using RPC GetInfo ... stream terminated by RST_STREAM with
 //! error code: PROTOCOL_ERROR", and the driver never registered.
 //!
-//! So the registration socket's connections pass through [`relay`], which rewrites the value of
-//! every `:authority` field in the client's header blocks to `localhost` and copies everything
-//! else as it is. The rewrite walks HPACK representations by their lengths alone (no Huffman
+//! So tonic reads the registration socket's connections through [`AuthorityRewriting`], which
+//! rewrites the value of every `:authority` field in the client's header blocks to `localhost`
+//! and passes everything else as it is. The rewrite walks HPACK representations by their lengths alone (no Huffman
 //! decoding) and keeps each representation's kind: a field the client added to the dynamic table
 //! is added to the server's too, at the same position, so later indexed references still agree
 //! (entries are found by position; the server's table holds no more bytes than the client's, so
 //! it never evicts an entry the client still refers to).
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -30,68 +32,136 @@ const PRIORITY: u8 = 0x20;
 const AUTHORITY: u64 = 1;
 const LOCALHOST: &[u8] = b"localhost";
 
-/// Relays one client connection to `server` (the end tonic serves), rewriting the client's
-/// `:authority` values, until either side closes.
-pub async fn relay(client: UnixStream, server: UnixStream) -> io::Result<()> {
-    let (client_rd, mut client_wr) = client.into_split();
-    let (server_rd, mut server_wr) = server.into_split();
-    let upstream = rewrite_stream(client_rd, &mut server_wr);
-    let downstream = async {
-        let mut server_rd = server_rd;
-        tokio::io::copy(&mut server_rd, &mut client_wr).await?;
-        client_wr.shutdown().await
-    };
-    let (up, down) = tokio::join!(upstream, downstream);
-    up.and(down)
+/// A registration connection as tonic reads it: the client's bytes with every `:authority`
+/// value rewritten, in the same task (a relay task in between cost the kubelet's 1 s GetInfo
+/// deadline two more wake-ups on a loaded node). Writes pass through.
+pub struct AuthorityRewriting {
+    inner: UnixStream,
+    /// Bytes read from the client and not yet rewritten (an incomplete frame or block).
+    raw: Vec<u8>,
+    /// Rewritten bytes not yet handed to tonic, from `ready_at` on.
+    ready: Vec<u8>,
+    ready_at: usize,
+    preface_seen: bool,
+    /// A header block being gathered: its stream, its HEADERS frame's flags, priority, block.
+    pending: Option<(u32, u8, Vec<u8>, Vec<u8>)>,
 }
 
-async fn rewrite_stream<R, W>(mut rd: R, wr: &mut W) -> io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut preface = [0u8; PREFACE.len()];
-    rd.read_exact(&mut preface).await?;
-    if preface != PREFACE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not an HTTP/2 client preface",
-        ));
-    }
-    wr.write_all(&preface).await?;
-    // A header block being gathered: its stream, its HEADERS frame's flags, priority, block.
-    let mut pending: Option<(u32, u8, Vec<u8>, Vec<u8>)> = None;
-    loop {
-        let mut head = [0u8; 9];
-        match rd.read_exact(&mut head).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return wr.shutdown().await,
-            Err(e) => return Err(e),
+impl AuthorityRewriting {
+    pub fn new(inner: UnixStream) -> AuthorityRewriting {
+        AuthorityRewriting {
+            inner,
+            raw: Vec::new(),
+            ready: Vec::new(),
+            ready_at: 0,
+            preface_seen: false,
+            pending: None,
         }
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let (kind, flags) = (head[3], head[4]);
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        rd.read_exact(&mut payload).await?;
-        match (kind, pending.as_mut()) {
-            (HEADERS, None) => {
-                let (priority, block) = split_headers(flags, &payload)?;
-                pending = Some((stream, flags, priority, block.to_vec()));
+    }
+
+    /// Moves every complete unit of `raw` (the preface, a frame, a whole header block) to
+    /// `ready`, rewritten.
+    fn process(&mut self) -> io::Result<()> {
+        if !self.preface_seen {
+            if self.raw.len() < PREFACE.len() {
+                return Ok(());
             }
-            (CONTINUATION, Some((_, _, _, block))) => block.extend_from_slice(&payload),
+            self.preface_seen = true;
+            self.ready.extend(self.raw.drain(..PREFACE.len()));
+        }
+        while self.raw.len() >= 9 {
+            let len = u32::from_be_bytes([0, self.raw[0], self.raw[1], self.raw[2]]) as usize;
+            if self.raw.len() < 9 + len {
+                return Ok(());
+            }
+            let frame: Vec<u8> = self.raw.drain(..9 + len).collect();
+            self.frame(&frame)?;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        let (kind, flags) = (frame[3], frame[4]);
+        let stream = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
+        let payload = &frame[9..];
+        match (kind, self.pending.as_mut()) {
+            (HEADERS, None) => {
+                let (priority, block) = split_headers(flags, payload)?;
+                self.pending = Some((stream, flags, priority, block.to_vec()));
+            }
+            (CONTINUATION, Some((_, _, _, block))) => block.extend_from_slice(payload),
             _ => {
-                wr.write_all(&head).await?;
-                wr.write_all(&payload).await?;
-                continue;
+                self.ready.extend_from_slice(frame);
+                return Ok(());
             }
         }
         if flags & END_HEADERS != 0 {
-            let (stream, first, priority, block) =
-                pending.take().expect("a header block is pending");
-            let frame = headers_frame(first, stream, &priority, &rewrite_block(&block)?);
-            wr.write_all(&frame).await?;
+            let (stream, first, priority, block) = self.pending.take().expect("a block is pending");
+            let rewritten = headers_frame(first, stream, &priority, &rewrite_block(&block)?);
+            self.ready.extend_from_slice(&rewritten);
+        }
+        Ok(())
+    }
+}
+
+impl AsyncRead for AuthorityRewriting {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.ready_at < this.ready.len() {
+                let n = buf.remaining().min(this.ready.len() - this.ready_at);
+                buf.put_slice(&this.ready[this.ready_at..this.ready_at + n]);
+                this.ready_at += n;
+                if this.ready_at == this.ready.len() {
+                    this.ready.clear();
+                    this.ready_at = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                    // The client closed: hand on what is left as it is, then the end.
+                    this.ready.append(&mut this.raw);
+                    if this.ready.is_empty() {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Poll::Ready(Ok(())) => {
+                    this.raw.extend_from_slice(read.filled());
+                    this.process()?;
+                }
+            }
         }
     }
+}
+
+impl AsyncWrite for AuthorityRewriting {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for AuthorityRewriting {
+    type ConnectInfo = ();
+    fn connect_info(&self) {}
 }
 
 /// A HEADERS payload's priority fields and header block fragment, its padding dropped.
@@ -263,6 +333,53 @@ mod tests {
             rewrite_block(&[0x41, 20, b'x']).is_err(),
             "a truncated string is refused"
         );
+    }
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A client's bytes arriving one at a time, with the header block split over HEADERS and
+    /// CONTINUATION: tonic reads the preface and the other frames as sent, and the block as one
+    /// HEADERS frame, rewritten, that keeps END_STREAM.
+    #[tokio::test]
+    async fn frames_split_across_reads_come_out_whole_and_rewritten() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let block = kubelet_block(b"/run/x.sock");
+        let (first, rest) = block.split_at(10);
+        let mut sent = PREFACE.to_vec();
+        sent.extend(frame(0x4, 0, 0, &[]));
+        sent.extend(frame(HEADERS, 0x1, 1, first));
+        sent.extend(frame(CONTINUATION, END_HEADERS, 1, rest));
+        sent.extend(frame(0x0, 0x1, 3, &[0, 0, 0, 0, 0]));
+        let mut want = PREFACE.to_vec();
+        want.extend(frame(0x4, 0, 0, &[]));
+        want.extend(frame(
+            HEADERS,
+            0x1 | END_HEADERS,
+            1,
+            &kubelet_block(b"localhost"),
+        ));
+        want.extend(frame(0x0, 0x1, 3, &[0, 0, 0, 0, 0]));
+
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let writer = tokio::spawn(async move {
+            for b in sent {
+                client.write_all(&[b]).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut got = Vec::new();
+        AuthorityRewriting::new(server)
+            .read_to_end(&mut got)
+            .await
+            .unwrap();
+        writer.await.unwrap();
+        assert_eq!(got, want);
     }
 
     #[test]
