@@ -43,6 +43,7 @@ def run_case(lab, fn):
 import cases_recipe  # noqa: E402,F401
 import cases_traffic  # noqa: E402,F401
 import cases_lifecycle  # noqa: E402,F401
+import cases_dra  # noqa: E402,F401
 
 
 def main():
