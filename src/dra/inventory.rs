@@ -439,11 +439,14 @@ mod tests {
         ))
         .unwrap();
         fx.write_attr("class/net/rail1/carrier", "1").unwrap();
-        let cfg = DriverConfig {
-            soft_roce_netdevs: vec!["rail1".into()],
-            ..DriverConfig::default()
+        let published = |netdev: &str| {
+            let cfg = DriverConfig {
+                soft_roce_netdevs: vec![netdev.into()],
+                ..DriverConfig::default()
+            };
+            read(fx.root(), &cfg).unwrap()
         };
-        let devs = read(fx.root(), &cfg).unwrap();
+        let devs = published("rail1");
         let soft = by_name(&devs, "softroce-rail1");
         assert_eq!(soft.pcie_root.as_deref(), Some("pci0000:40"));
         assert_eq!(soft.pci_address.as_deref(), Some("0000:41:00.0"));
@@ -454,11 +457,7 @@ mod tests {
         // Its presence twin: a netdev with no device at all (veth) is placed nowhere.
         fx.add_netdev(&NetdevSpec::ethernet("v9", 5, None, "ee:00:00:00:00:09"))
             .unwrap();
-        let cfg = DriverConfig {
-            soft_roce_netdevs: vec!["v9".into()],
-            ..DriverConfig::default()
-        };
-        let devs = read(fx.root(), &cfg).unwrap();
+        let devs = published("v9");
         let veth = by_name(&devs, "softroce-v9");
         assert_eq!((veth.pcie_root.as_ref(), veth.numa_node), (None, None));
     }

@@ -11,7 +11,7 @@ import os
 
 from lab import REPO, Fail, case, wait_until
 from cases_lifecycle import images_tar
-from cases_traffic import PodView, crossed, ib_write_bw, rail_bytes, rping
+from cases_traffic import PodView, ib_write_bw_on_rail0, rping
 
 DRIVER = "rdma-ns.io"
 DRIVER_CONFIG = {"rails": {"rail0": "rail0", "rail1": "rail1"}, "softRoceNetdevs": ["rail0", "rail1"]}
@@ -114,23 +114,23 @@ def dra_pod(lab, name, node):
                                            f"resourceClaimTemplateName: {TEMPLATE['metadata']['name']}"))
 
 
-@case
-def dra_across_nodes(lab):
+def dra_pair(lab, on_node1, on_node2):
+    """The driver up, the template and the NAD applied, and a DRA pod Ready on each node:
+    their PodViews."""
     ensure_driver(lab)
     lab.apply(json.dumps(TEMPLATE))
     lab.apply(open(NAD_FILE).read())
-    dra_pod(lab, "t-dra-a", "node1")
-    dra_pod(lab, "t-dra-b", "node2")
-    lab.wait_ready("t-dra-a", "t-dra-b", seconds=900)
-    a, b = PodView(lab, "t-dra-a", 1), PodView(lab, "t-dra-b", 2)
+    dra_pod(lab, on_node1, "node1")
+    dra_pod(lab, on_node2, "node2")
+    lab.wait_ready(on_node1, on_node2, seconds=900)
+    return PodView(lab, on_node1, 1), PodView(lab, on_node2, 2)
+
+
+@case
+def dra_across_nodes(lab):
+    a, b = dra_pair(lab, "t-dra-a", "t-dra-b")
     claims = [check_claim_status(lab, v)[0] for v in (a, b)]
-    before = rail_bytes(lab)
-    size, iters = 65536, 200
-    gbps = ib_write_bw(lab, a, b, size, iters)
-    after = rail_bytes(lab)
-    ok, sent, got = crossed(before, after, "rail0", size * iters)
-    if not ok:
-        raise Fail(f"ib_write_bw's {size * iters} bytes did not cross rail0: node1 sent {sent}, node2 got {got}")
+    gbps, sent, got, _ = ib_write_bw_on_rail0(lab, a, b)
     print(f"      ib_write_bw t-dra-a -> t-dra-b: {gbps} Gb/s; rail0 node1 tx +{sent}, node2 rx +{got}")
     rping(lab, a, b)
     for n in (1, 2):
@@ -211,13 +211,7 @@ def dra_topology(lab):
 def dra_driver_restarted(lab):
     """A driver restart while pods run loses nothing: the claims keep their status, the pods
     their RDMA, and deleting them afterwards still unprepares everything."""
-    ensure_driver(lab)
-    lab.apply(json.dumps(TEMPLATE))
-    lab.apply(open(NAD_FILE).read())
-    dra_pod(lab, "t-dra-r1", "node1")
-    dra_pod(lab, "t-dra-r2", "node2")
-    lab.wait_ready("t-dra-r1", "t-dra-r2", seconds=900)
-    a, b = PodView(lab, "t-dra-r1", 1), PodView(lab, "t-dra-r2", 2)
+    a, b = dra_pair(lab, "t-dra-r1", "t-dra-r2")
     before = {v.pod: check_claim_status(lab, v) for v in (a, b)}
     lab.kubectl("-n", "kube-system", "delete", "pod", "-l", "app=rdma-ns-dra", "--wait=true", "--timeout=300s",
                 timeout=330)

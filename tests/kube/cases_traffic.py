@@ -114,6 +114,21 @@ def ib_write_bw(lab, a, b, size=65536, iters=2000, tclass=False):
     return float(rows[-1][3])
 
 
+def ib_write_bw_on_rail0(lab, a, b, size=65536, iters=200):
+    """ib_write_bw from a (node1) to b (node2), whose bytes must leave node1 and reach node2 on
+    rail0 (the nodes' counters) and not on rail1: Gb/s, bytes sent, got, and rail1's."""
+    before = rail_bytes(lab)
+    gbps = ib_write_bw(lab, a, b, size, iters)
+    after = rail_bytes(lab)
+    ok, sent, got = crossed(before, after, "rail0", size * iters)
+    if not ok:
+        raise Fail(f"ib_write_bw's {size * iters} bytes did not cross rail0: node1 sent {sent}, node2 got {got}")
+    other = after[(1, "rail1")][1] - before[(1, "rail1")][1]
+    if other > size * iters // 100:
+        raise Fail(f"rail1 carried {other} bytes during ib_write_bw on rail0")
+    return gbps, sent, got, other
+
+
 def gid_text(ip):
     """How perftest prints the RoCE GID of an IPv4 address: 00:00:...:ff:ff:a:b:c:d in decimal."""
     return ":".join(["00"] * 10 + ["255", "255"] + [f"{int(o):02d}" for o in ip.split(".")])
@@ -159,16 +174,7 @@ def traffic_across_nodes(lab):
     a, b = PodView(lab, "t-a", 1), PodView(lab, "t-b", 2)
     for v in (a, b):
         check_network_status(lab, v)
-    before = rail_bytes(lab)
-    size, iters = 65536, 200
-    gbps = ib_write_bw(lab, a, b, size, iters)
-    after = rail_bytes(lab)
-    ok, sent, got = crossed(before, after, "rail0", size * iters)
-    if not ok:
-        raise Fail(f"ib_write_bw's {size * iters} bytes did not cross rail0: node1 sent {sent}, node2 got {got}")
-    other = after[(1, "rail1")][1] - before[(1, "rail1")][1]
-    if other > size * iters // 100:
-        raise Fail(f"rail1 carried {other} bytes during ib_write_bw on rail0")
+    gbps, sent, got, other = ib_write_bw_on_rail0(lab, a, b)
     print(f"      ib_write_bw t-a -> t-b: {gbps} Gb/s; rail0 node1 tx +{sent}, node2 rx +{got}; rail1 +{other}")
     rping(lab, a, b)
     ucx_perftest(lab, a, b)
