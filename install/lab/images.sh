@@ -75,6 +75,11 @@ musl_binary() {
     echo "$bin"
 }
 
+# The lines of a Containerfile's final stage (after its last FROM), comments left out.
+final_stage() {
+    awk '/^FROM /{stage=""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$1" | grep -v '^#'
+}
+
 # install/Containerfile's final stage (after its last FROM), carried out: COPY from the build
 # stage (its only artifact, /rdma-ns, is the musl binary) or from the repository, and
 # ENTRYPOINT. Any other instruction stops the build, so the image cannot silently drift from
@@ -89,7 +94,7 @@ installer_image() {
         "FROM "* | "") ;;
         *) die "install/Containerfile's final stage has '$line', which images.sh cannot carry out" ;;
         esac
-    done < <(awk '/^FROM /{stage=""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$LAB_REPO/install/Containerfile" | grep -v '^#')
+    done < <(final_stage "$LAB_REPO/install/Containerfile")
     [[ -n $entry ]] || die "install/Containerfile's final stage has no ENTRYPOINT"
     args=(--busybox "$BUSYBOX" --files "${files[@]}" --entrypoint "$entry")
     image "${NAME:-installer}" "$(key_of "$bin" "$LAB_REPO/install/Containerfile" "$LAB_REPO/install/install.sh" -- "$tag")" \
@@ -113,7 +118,7 @@ driver_image() {
         "FROM "* | "") ;;
         *) die "install/dra/Containerfile's final stage has '$line', which images.sh cannot carry out" ;;
         esac
-    done < <(awk '/^FROM /{stage=""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$LAB_REPO/install/dra/Containerfile" | grep -v '^#')
+    done < <(final_stage "$LAB_REPO/install/dra/Containerfile")
     [[ -n $entry && ${#files[@]} == 1 ]] || die "install/dra/Containerfile's final stage has no COPY of /rdma-ns-dra or no ENTRYPOINT"
     for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
         files+=("$lib=$(readlink -f "$lib")")

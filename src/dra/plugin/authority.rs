@@ -271,8 +271,8 @@ pub fn rewrite_block(block: &[u8]) -> io::Result<Vec<u8>> {
 /// A new name's raw bytes when not Huffman-coded (grpc-go indexes `:authority`'s name, so a
 /// Huffman-coded new name is never it in practice; it is compared as it stands).
 fn literal_name(block: &[u8], at: usize) -> io::Result<&[u8]> {
-    let (len, start) = integer(block, at, 7)?;
-    Ok(&block[start..start + len as usize])
+    let (_, start) = integer(block, at, 7)?;
+    Ok(&block[start..string_end(block, at)?])
 }
 
 #[cfg(test)]
