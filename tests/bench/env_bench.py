@@ -32,6 +32,7 @@ Shapes (each env run must name the kernel-table GID index planted for it, or the
 
 import ctypes
 import os
+import shutil
 import statistics
 import subprocess
 import time
@@ -251,6 +252,12 @@ def child(binary, shape, runs, result_path):
     bare, _, _ = sysfs_opens(binary, os.path.join(scratch, "bare.trace"))
     setns(libc, shape["ns"])
     if not spec["privileged"]:
+        # The checkout may sit where nobody cannot reach (a clone under /root, or in a
+        # `mktemp -d` directory, mode 0700): nobody runs a copy in the fixture's own tmpfs.
+        copy = os.path.join(scratch, "rdma-ns")
+        shutil.copy(binary, copy)
+        os.chmod(copy, 0o755)
+        binary = copy
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
