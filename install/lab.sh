@@ -230,7 +230,9 @@ node_qemu_opts() {
     opts+=" -object memory-backend-ram,id=mem1,size=${half}M -numa node,nodeid=1,memdev=mem1"
     opts+=" -device pxb-pcie,id=pcie.1,bus_nr=64,numa_node=1,bus=pcie.0"
     opts+=" -netdev tap,id=mgmt,ifname=labtap$((i + 1)),script=no,downscript=no"
-    opts+=" -device virtio-net-pci,netdev=mgmt,mac=$(mac_of "$i" 0)"
+    # Devices without bus= go to the newest bus, which is now the pxb-pcie's, and QEMU refuses
+    # anything but a bridge there ("Only PCI/PCIe bridges can be plugged into pxb-pcie").
+    opts+=" -device virtio-net-pci,bus=pcie.0,netdev=mgmt,mac=$(mac_of "$i" 0)"
     for r in 0 1; do
         if ((i == 0)); then
             opts+=" -netdev socket,id=rail$r,listen=127.0.0.1:${RAIL_PORTS[$r]}"
@@ -238,7 +240,7 @@ node_qemu_opts() {
             opts+=" -netdev socket,id=rail$r,connect=127.0.0.1:${RAIL_PORTS[$r]}"
         fi
         if ((r == 0)); then
-            opts+=" -device virtio-net-pci,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"
+            opts+=" -device virtio-net-pci,bus=pcie.0,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"
         else
             opts+=" -device pcie-root-port,id=rp$r,bus=pcie.1,chassis=$((10 + r))"
             opts+=" -device virtio-net-pci,bus=rp$r,netdev=rail$r,mac=$(mac_of "$i" $((r + 1)))"

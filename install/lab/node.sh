@@ -136,6 +136,9 @@ root = "/var/lib/containerd"
 state = "/run/containerd"
 [grpc]
   address = "/run/containerd/containerd.sock"
+[plugins.'io.containerd.cri.v1.images']
+  # Every snapshot's disk usage is walked this often (10 s by default); only stats use it.
+  stats_collect_period = 300
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "$PAUSE_IMAGE"
 [plugins.'io.containerd.cri.v1.runtime']
@@ -175,8 +178,13 @@ serializeImagePulls: false
 # containerd went on with, and retry them, which only added load ("context deadline exceeded").
 runtimeRequestTimeout: 10m
 registerNode: true
-# A lab node is small and its disk is a file: no evictions for space or memory.
-evictionHard: { memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%" }
+# A lab node is small and its disk is a file: no evictions for space or memory. With every
+# threshold off ("0%" is ignored, eviction.parseThresholdStatement) and no local-storage
+# accounting, the eviction manager's 10 s loop returns at once (managerImpl.synchronize)
+# instead of gathering the stats of every container through CRI and cAdvisor, a steady load on
+# a TCG node. The pods set no ephemeral-storage limits, so nothing here needs that accounting.
+evictionHard: { memory.available: "0%", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%" }
+localStorageCapacityIsolation: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF

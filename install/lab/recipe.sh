@@ -51,6 +51,10 @@ device_plugin() {
 # its probes given TCG's time: with their 1 s timeout a busy lab node missed the health checks,
 # kubelet killed nfd-worker again and again, and its rollout flapped for over 15 minutes.
 SLOW_PROBES='[{"op": "add", "path": "/spec/template/spec/containers/0/livenessProbe/timeoutSeconds", "value": 30}, {"op": "add", "path": "/spec/template/spec/containers/0/livenessProbe/failureThreshold", "value": 10}, {"op": "add", "path": "/spec/template/spec/containers/0/readinessProbe/timeoutSeconds", "value": 30}]'
+# and its worker told to read only the local source (features.d, where rdma-ns's node agent
+# writes): its default, every source rescanned each minute (CPU, kernel, PCI, USB, storage...),
+# is a steady load on a TCG node, and the lab needs none of those labels.
+LOCAL_SOURCES_ONLY='[{"op": "replace", "path": "/data/nfd-worker.conf", "value": "core:\n  featureSources: [local]\n  labelSources: [local]\n"}]'
 nfd() {
     local d work=$LAB_STATE/nfd-kustomize
     d=$(lab_bin_dir nfd)/deployment
@@ -69,6 +73,8 @@ patches:
 $(for target in DaemonSet:nfd-worker Deployment:nfd-master Deployment:nfd-gc; do
     printf -- "- target: {kind: %s, name: %s}\\n  patch: '%s'\\n" "${target%%:*}" "${target#*:}" "$SLOW_PROBES"
 done)
+- target: {kind: ConfigMap, name: nfd-worker-conf}
+  patch: '$LOCAL_SOURCES_ONLY'
 EOF
     k apply -k "$work" >&2
 }
