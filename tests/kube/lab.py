@@ -133,16 +133,25 @@ class Lab:
         return [(p["metadata"]["name"], k, v.get("podref", ""))
                 for p in pools for k, v in (p.get("spec", {}).get("allocations") or {}).items()]
 
+    def node_state(self, n):
+        """What leftovers() reads on node n, in one node call (each call costs tens of seconds
+        on a busy TCG node): (attachments, Soft-RoCE devices, data dir files)."""
+        out = self.sh(n, "/opt/cni/bin/rdma-ns list --json && echo @@ && rdma -j dev show && echo @@ &&"
+                         " { find /var/lib/cni/rdma-ns -type f 2>/dev/null | sort; }")
+        parts = out.split("@@\n")
+        if len(parts) != 3:
+            raise Fail(f"node{n}: unexpected state output {out[-600:]!r}")
+        devs = sorted(d["ifname"] for d in json.loads(parts[1] or "[]") if d["ifname"].startswith("rxe_"))
+        return json.loads(parts[0] or "[]"), devs, [f for f in parts[2].split() if f]
+
     def leftovers(self):
         found = []
         for i, node in enumerate(NODES, 1):
-            atts = self.attachments(i)
+            atts, devs, files = self.node_state(i)
             if atts:
                 found.append(f"{node}: rdma-ns list: " + ", ".join(f"{a['pod']} {a['network']} {a['phase']}" for a in atts))
-            devs = self.soft_roce_devices(i)
             if devs:
                 found.append(f"{node}: Soft-RoCE devices {devs}")
-            files = self.data_dir_files(i)
             if files:
                 found.append(f"{node}: files in /var/lib/cni/rdma-ns: {files}")
         allocs = self.ip_allocations()
