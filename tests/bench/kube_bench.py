@@ -129,17 +129,25 @@ def bandwidth(lab, out, failures):
         failures.append("kube: pod-to-pod bandwidth %.2f of host-to-host" % ratio)
 
 
-def run(repo, out, failures):
+def on_lab(repo, section, failures, body):
+    """body(lab) on the running lab, or on one brought up for it and taken down after; a Fail
+    is the section's failure."""
     try:
         lab, owned = lab_up(repo)
     except Fail as e:
-        failures.append(f"kube: {e}")
+        failures.append(f"{section}: {e}")
         return
     try:
-        pod_start(lab, out, failures)
-        bandwidth(lab, out, failures)
+        body(lab)
     except Fail as e:
-        failures.append(f"kube: {e}")
+        failures.append(f"{section}: {e}")
     finally:
         if owned:
             subprocess.run(["bash", lab.lab_sh, "down"], capture_output=True)
+
+
+def run(repo, out, failures):
+    def body(lab):
+        pod_start(lab, out, failures)
+        bandwidth(lab, out, failures)
+    on_lab(repo, "kube", failures, body)

@@ -20,7 +20,6 @@ request no rdma/hca_shared). Under TCG the absolute figures are an emulated mach
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "kube"))
 
 from lab import Fail, wait_until  # noqa: E402
 import cases_dra  # noqa: E402
-from kube_bench import lab_up  # noqa: E402
+from kube_bench import on_lab  # noqa: E402
 
 START_PAIRS = 3
 IDLE_SECONDS = 60
@@ -126,19 +125,10 @@ def driver_cost(lab, out):
 
 
 def run(repo, out, failures):
-    try:
-        lab, owned = lab_up(repo)
-    except Fail as e:
-        failures.append(f"kube-dra: {e}")
-        return
-    try:
+    def body(lab):
         cases_dra.ensure_driver(lab)
         lab.apply(json.dumps(cases_dra.TEMPLATE))
         lab.apply(open(cases_dra.NAD_FILE).read())
         allocation_to_ready(lab, out)
         driver_cost(lab, out)
-    except Fail as e:
-        failures.append(f"kube-dra: {e}")
-    finally:
-        if owned:
-            subprocess.run(["bash", lab.lab_sh, "down"], capture_output=True)
+    on_lab(repo, "kube-dra", failures, body)
