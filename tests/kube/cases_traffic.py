@@ -237,8 +237,10 @@ def rail_capture_stop(lab, n, path):
     text = lab.sh(n, f"pkill -INT -f '[t]cpdump -i rail' ; sleep 1; cat {path}")
     seen, tos = {}, None
     for line in text.splitlines():
-        if line.startswith("IP ") or line.startswith("IP6 "):
-            m = re.search(r"\btos 0x([0-9a-f]+)", line)
+        # "11:38:08.237756 IP (tos 0x6a,ECT(0), ttl 64, ...": each packet's first line starts
+        # with its time; IPv6 names the byte "class".
+        if re.search(r"\bIP6? \(", line):
+            m = re.search(r"\b(?:tos|class) 0x([0-9a-f]+)", line)
             tos = int(m.group(1), 16) if m else None
         elif " > " in line and tos is not None:
             src, dst = line.split(" > ")[:2]
