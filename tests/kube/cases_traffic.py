@@ -78,11 +78,20 @@ def crossed(before, after, rail, at_least):
     return sent >= at_least and got >= at_least, sent, got
 
 
+def cm_listening(lab, pod):
+    out = lab.pod_exec(pod, "rdma", "res", "show", "cm_id", check=False).stdout
+    return any("LISTEN" in line and "rping" in line for line in out.splitlines())
+
+
 def server_client(lab, server_pod, server_script, port, client_pod, client_script, what, cm=False):
     server = background(lab, server_pod, server_script)
     try:
         if cm:
-            time.sleep(3)  # rping's server binds through the CM; no TCP port to watch
+            # rping's server listens through RDMA CM, no TCP port: its cm_id in LISTEN, as
+            # `rdma res` shows it. A client started on a guess (3 s) often came before the
+            # server's own kubectl exec had started it, gave up, and left the server waiting
+            # until its timeout killed it (exit 137).
+            wait_until(f"{what} server listening (RDMA CM)", LISTEN_WAIT, lambda: cm_listening(lab, server_pod))
         else:
             wait_until(f"{what} server listening on {port}", LISTEN_WAIT, lambda: listening(lab, server_pod, port))
         client = lab.pod_exec(client_pod, "sh", "-c", client_script, check=False, timeout=TOOL_TIMEOUT + 30)
