@@ -264,10 +264,10 @@ def qos_on_the_rail(lab):
     # conf/nad-macvlan-qos.yaml (roceQos DSCP 26 with ECN, priority 3: traffic class 106) on
     # rail0: what env hands the pods, and the TOS byte of every RoCE packet between the nodes,
     # captured on node1's rail0, for perftest given env's values and RDMA CM's default (rping).
-    lab.lab_pod("q-a", "node1", networks="roce-lossless")
-    lab.lab_pod("q-b", "node2", networks="roce-lossless")
-    lab.wait_ready("q-a", "q-b")
-    a, b = PodView(lab, "q-a", 1), PodView(lab, "q-b", 2)
+    lab.lab_pod("t-qos-a", "node1", networks="roce-lossless")
+    lab.lab_pod("t-qos-b", "node2", networks="roce-lossless")
+    lab.wait_ready("t-qos-a", "t-qos-b")
+    a, b = PodView(lab, "t-qos-a", 1), PodView(lab, "t-qos-b", 2)
     want = {"NCCL_IB_TC": "106", "UCX_IB_TRAFFIC_CLASS": "106", "NCCL_IB_SL": "3", "UCX_IB_SL": "3"}
     for v in (a, b):
         got = {k: v.env.get(k) for k in want}
@@ -285,4 +285,4 @@ def qos_on_the_rail(lab):
             if seen.get(key) != {106}:
                 raise Fail(f"{what}: RoCE packets {key[0]} -> {key[1]} on rail0 carried TOS {seen.get(key)}, want {{106}} (all: {seen})")
         print(f"      {what}: rail0 TOS 0x6a both ways ({a.ip} <-> {b.ip})")
-    lab.delete_pods("q-a", "q-b")
+    lab.delete_pods("t-qos-a", "t-qos-b")
