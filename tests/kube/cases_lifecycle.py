@@ -27,8 +27,9 @@ def pod_deleted(lab):
     # The presence twins of what assert_clean then finds gone.
     if len(records_of(lab, 1, "t-del")) != 1 or len(allocations_of(lab, "t-del")) != 1:
         raise Fail(f"t-del: records {records_of(lab, 1, 't-del')}, leases {allocations_of(lab, 't-del')}")
-    if len(lab.soft_roce_devices(1)) != 1 or not lab.data_dir_files(1):
-        raise Fail(f"t-del: Soft-RoCE devices {lab.soft_roce_devices(1)}, files {lab.data_dir_files(1)}")
+    _, devices, files = lab.node_state(1)
+    if len(devices) != 1 or not files:
+        raise Fail(f"t-del: Soft-RoCE devices {devices}, files {files}")
     lab.delete_pods("t-del")
 
 

@@ -12,6 +12,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 NODES = ("node1", "node2")
 CASES = []
+# What the leftover checks read on a node: the shell command and its parser, by name.
+NODE_READS = {
+    "attachments": ("/opt/cni/bin/rdma-ns list --json", lambda out: json.loads(out or "[]")),
+    "soft_roce_devices": ("rdma -j dev show", lambda out: sorted(
+        d["ifname"] for d in json.loads(out or "[]") if d["ifname"].startswith("rxe_"))),
+    "data_dir_files": ("find /var/lib/cni/rdma-ns -type f 2>/dev/null | sort", lambda out: [f for f in out.split() if f]),
+}
 
 
 def case(fn):
@@ -112,7 +119,7 @@ class Lab:
 
     # ---- node state ----------------------------------------------------------------------
     def attachments(self, n):
-        return json.loads(self.node(n, "/opt/cni/bin/rdma-ns", "list", "--json").stdout or "[]")
+        return self._read_node(n, "attachments")
 
     def pod_attachments(self, n, pod, namespace="default"):
         """The attachments of one pod on node n (`rdma-ns list --json`'s pod: name, namespace, uid)."""
@@ -120,29 +127,31 @@ class Lab:
                 if (a.get("pod") or {}).get("name") == pod and a["pod"].get("namespace") == namespace]
 
     def soft_roce_devices(self, n):
-        out = self.node(n, "rdma", "-j", "dev", "show").stdout
-        return sorted(d["ifname"] for d in json.loads(out or "[]") if d["ifname"].startswith("rxe_"))
+        return self._read_node(n, "soft_roce_devices")
 
     def data_dir_files(self, n):
-        out = self.sh(n, "find /var/lib/cni/rdma-ns -type f 2>/dev/null | sort")
-        return [f for f in out.split() if f]
+        return self._read_node(n, "data_dir_files")
+
+    def node_state(self, n):
+        """attachments, soft_roce_devices and data_dir_files of node n, in one node call (each
+        call costs tens of seconds on a busy TCG node)."""
+        return self._read_node(n, *NODE_READS)
+
+    def _read_node(self, n, *names):
+        """The NODE_READS `names` of node n, run in one shell, each parsed; one value for one name."""
+        script = " && echo @@ && ".join(f"{{ {NODE_READS[k][0]}; }}" for k in names)
+        out = self.sh(n, script)
+        parts = out.split("@@\n")
+        if len(parts) != len(names):
+            raise Fail(f"node{n}: unexpected output of {' '.join(names)}: {out[-600:]!r}")
+        values = tuple(NODE_READS[k][1](part) for k, part in zip(names, parts))
+        return values[0] if len(values) == 1 else values
 
     def ip_allocations(self):
         """Every whereabouts allocation: (pool, ip offset, pod reference)."""
         pools = self.kjson("get", "ippools.whereabouts.cni.cncf.io", "-A").get("items", [])
         return [(p["metadata"]["name"], k, v.get("podref", ""))
                 for p in pools for k, v in (p.get("spec", {}).get("allocations") or {}).items()]
-
-    def node_state(self, n):
-        """What leftovers() reads on node n, in one node call (each call costs tens of seconds
-        on a busy TCG node): (attachments, Soft-RoCE devices, data dir files)."""
-        out = self.sh(n, "/opt/cni/bin/rdma-ns list --json && echo @@ && rdma -j dev show && echo @@ &&"
-                         " { find /var/lib/cni/rdma-ns -type f 2>/dev/null | sort; }")
-        parts = out.split("@@\n")
-        if len(parts) != 3:
-            raise Fail(f"node{n}: unexpected state output {out[-600:]!r}")
-        devs = sorted(d["ifname"] for d in json.loads(parts[1] or "[]") if d["ifname"].startswith("rxe_"))
-        return json.loads(parts[0] or "[]"), devs, [f for f in parts[2].split() if f]
 
     def leftovers(self):
         found = []
