@@ -202,15 +202,9 @@ fn assert_same_files(got: &[(String, String)], want: &[(String, String)], when: 
     }
 }
 
-/// What must be left after unprepare: nothing of the claim. Device locks stay (one per device,
-/// as for the CNI).
+/// What must be left after unprepare: nothing of the claim, its device's lock file included.
 fn assert_clean(node: &Node, when: &str) {
-    let left: Vec<String> = node
-        .files()
-        .into_iter()
-        .map(|(p, _)| p)
-        .filter(|p| !(p.starts_with("data/locks/pci-") && p.ends_with(".lock")))
-        .collect();
+    let left: Vec<String> = node.files().into_iter().map(|(p, _)| p).collect();
     assert!(left.is_empty(), "{when}: left behind: {left:?}");
 }
 

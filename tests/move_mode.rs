@@ -306,15 +306,20 @@ fn del_three_times_without_prev_result() {
     let (ns, veth, data) = veth_pod();
     let mut conf = move_conf("1.0.0", "rnet", &veth.nic, &data);
     conf["ipam"] = host_local(&data, "10.82.0.0/24");
+    let device_lock = data
+        .path()
+        .join(format!("state/locks/mac-{}.lock", veth.mac()));
     Call::new("ADD", "thrice", &ns.path(), "net1")
         .run(&conf)
         .ok();
+    assert!(device_lock.exists(), "the moved device's lock file");
     for _ in 0..3 {
         Call::new("DEL", "thrice", &ns.path(), "net1")
             .run(&conf)
             .ok();
     }
     assert_back_in_host(&veth.nic, 1500);
+    assert!(!device_lock.exists(), "DEL removed the device's lock file");
     let leases: Vec<_> = std::fs::read_dir(data.path().join("host-local/rnet"))
         .unwrap()
         .flatten()

@@ -136,6 +136,12 @@ pub struct DraDevice {
     pub netdev: String,
 }
 
+/// The lock key of claim `uid` (`locks/claim-<uid>.lock`), which the DRA driver holds while
+/// it prepares or unprepares the claim.
+pub fn claim_lock_key(uid: &str) -> String {
+    format!("claim-{uid}")
+}
+
 /// The prepared claims of a data dir.
 #[derive(Debug, Clone)]
 pub struct ClaimStore {

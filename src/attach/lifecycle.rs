@@ -195,12 +195,15 @@ pub fn del(ctx: &Ctx<'_>, req: &Request, pc: &PluginConf) -> Result<()> {
                 .remove(&req.conf.name, &req.env.container_id, &req.env.ifname)?;
         }
         if errors.is_empty() {
-            // Gone: its lock file goes too, unless an IPAM plugin or a new ADD holds it.
+            // Gone: its lock files go too, unless an IPAM plugin or a new ADD holds them.
             ctx.store.remove_attachment_lock(
                 &req.conf.name,
                 &req.env.container_id,
                 &req.env.ifname,
             );
+            if let Some(att) = att.as_ref().filter(|a| a.mode().locks_device()) {
+                ctx.store.remove_lock(&att.device_key);
+            }
         }
         Error::collect(errors)
     })

@@ -32,6 +32,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::attach::claim::{claim_lock_key, ClaimStore};
 use crate::attach::lock_file;
 use crate::attach::record::{Attachment, Unreadable};
 use crate::error::{Error, Result};
@@ -228,13 +229,13 @@ impl Store {
         (all, unreadable)
     }
 
-    /// Clears what gone attachments left under the data dir: temp files whose writer is gone (a
-    /// plugin killed mid-write) in every network's directory, and attachment lock files no one
-    /// holds of attachments without a record (also those of earlier releases, named alike).
-    /// `rdma-ns list`, `reconcile` and GC run it; ADD, DEL and CHECK remove their own.
+    /// Clears what gone attachments and claims left under the data dir: temp files whose writer
+    /// is gone (a plugin killed mid-write) in every network's directory, and lock files no one
+    /// holds and no record names (also those of earlier releases). `rdma-ns list`, `reconcile`,
+    /// GC and the DRA driver's unprepare run it; ADD, DEL and CHECK remove their own.
     pub fn sweep(&self) {
         self.remove_stale_temps_of_every_network();
-        self.remove_lock_files_of_gone_attachments();
+        self.remove_free_lock_files_no_record_names();
     }
 
     fn remove_stale_temps_of_every_network(&self) {
@@ -251,32 +252,42 @@ impl Store {
         }
     }
 
-    /// Attachment lock files no one holds and no record names. One of an unreadable record
-    /// may go too, which is harmless: a lock no one holds protects nothing, and the next
-    /// locker creates it anew.
-    fn remove_lock_files_of_gone_attachments(&self) {
+    /// Lock files no one holds, unless a record names them: an attachment's own lock and its
+    /// device's, a prepared claim's and its devices'. A free lock file protects nothing, and
+    /// by `lock_file`'s protocol the next locker creates it anew, so one of an unreadable
+    /// record may go too, harmlessly; the names kept only spare their owners that churn.
+    fn remove_free_lock_files_no_record_names(&self) {
         let Some(locks) = self.existing_locks_dir() else {
             return;
         };
-        let (records, _) = self.list_all();
-        let live: std::collections::HashSet<String> = records
-            .iter()
-            .map(|a| {
-                let key = attachment_lock_key(&a.network, &a.container_id, &a.ifname);
-                bounded_file_name(&key, ".lock")
-            })
-            .collect();
+        let named = self.lock_file_names_of_records();
         for entry in fs::read_dir(locks).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let gone = name.starts_with(ATTACHMENT_LOCK_PREFIX)
-                && name.ends_with(".lock")
-                && !live.contains(&name);
-            if gone {
+            if name.ends_with(".lock") && !named.contains(&name) {
                 if let Err(e) = lock_file::remove_if_free(&entry.path()) {
                     crate::log_warn!("removing lock file {}: {e}", entry.path().display());
                 }
             }
         }
+    }
+
+    fn lock_file_names_of_records(&self) -> std::collections::HashSet<String> {
+        let (attachments, _) = self.list_all();
+        let (claims, _) = ClaimStore::new(&self.dir).list();
+        let attachment_keys = attachments.iter().flat_map(|a| {
+            [
+                attachment_lock_key(&a.network, &a.container_id, &a.ifname),
+                a.device_key.clone(),
+            ]
+        });
+        let claim_keys = claims.iter().flat_map(|c| {
+            let devices = c.devices.iter().map(|d| d.lock_key.clone());
+            std::iter::once(claim_lock_key(&c.claim.uid)).chain(devices)
+        });
+        attachment_keys
+            .chain(claim_keys)
+            .map(|key| bounded_file_name(&key, ".lock"))
+            .collect()
     }
 
     /// Checks the data dir is writable: creates and removes a probe file.
@@ -346,8 +357,8 @@ impl Store {
         }
     }
 
-    /// Removes the lock file of `key` unless someone holds it: for locks of things that go
-    /// away (a DRA claim's), where one file per device would otherwise grow without bound.
+    /// Removes the lock file of `key` unless someone holds it: a device's once its attachment
+    /// is released, a DRA claim's once it is unprepared.
     pub fn remove_lock(&self, key: &str) {
         let (Ok(()), Some(dir)) = (safe_component("lock key", key), self.existing_locks_dir())
         else {
@@ -792,38 +803,32 @@ mod tests {
         );
     }
 
+    /// The sorted names of the lock files under data dir `data`.
+    fn lock_names(data: &Path) -> Vec<String> {
+        let mut n: Vec<String> = fs::read_dir(data.join("locks"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    }
+
     #[test]
     fn attachment_locks_go_with_their_attachment_and_stay_while_held() {
         let tmp = TempDir::new("state-attachment-locks");
-        let store = Store::new(tmp.path().join("data"));
-        let locks = tmp.path().join("data/locks");
-        let names = || -> Vec<String> {
-            let mut n: Vec<String> = fs::read_dir(&locks)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            n.sort();
-            n
-        };
-        let att = sample();
-        store.save(&att).unwrap();
+        let data = tmp.path().join("data");
+        let store = Store::new(&data);
+        let names = || lock_names(&data);
+        store.save(&sample()).unwrap();
         let wait = Duration::from_millis(10);
-        drop(
-            store
-                .lock_attachment("rdma-net", "abc123", "net1", wait)
-                .unwrap(),
-        );
-        drop(
-            store
-                .lock_attachment("rdma-net", "gone1", "net1", wait)
-                .unwrap(),
-        );
+        for id in ["abc123", "gone1"] {
+            drop(store.lock_attachment("rdma-net", id, "net1", wait).unwrap());
+        }
         let held = store
             .lock_attachment("rdma-net", "gone2", "net1", wait)
             .unwrap();
-        drop(store.lock_device("pci-0000_3b_00.2", wait).unwrap());
         // A file an earlier release left, found by its name alone.
-        fs::write(locks.join("ipam-old-net-c9-eth0.lock"), b"").unwrap();
+        fs::write(data.join("locks/ipam-old-net-c9-eth0.lock"), b"").unwrap();
         assert_eq!(
             names(),
             [
@@ -831,7 +836,6 @@ mod tests {
                 "ipam-rdma-net-abc123-net1.lock",
                 "ipam-rdma-net-gone1-net1.lock",
                 "ipam-rdma-net-gone2-net1.lock",
-                "pci-0000_3b_00.2.lock"
             ]
         );
         let e = store
@@ -846,9 +850,8 @@ mod tests {
             [
                 "ipam-rdma-net-abc123-net1.lock",
                 "ipam-rdma-net-gone2-net1.lock",
-                "pci-0000_3b_00.2.lock"
             ],
-            "a recorded attachment's, a held one's and the device's stay"
+            "a recorded attachment's and a held one's stay"
         );
         store.remove_attachment_lock("rdma-net", "gone2", "net1");
         assert!(names().contains(&"ipam-rdma-net-gone2-net1.lock".to_string()));
@@ -856,7 +859,62 @@ mod tests {
         store.remove_attachment_lock("rdma-net", "gone2", "net1");
         store.remove("rdma-net", "abc123", "net1").unwrap();
         store.sweep();
-        assert_eq!(names(), ["pci-0000_3b_00.2.lock"]);
+        assert_eq!(names(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn device_locks_stay_while_a_record_names_them_or_someone_holds_them() {
+        let tmp = TempDir::new("state-device-locks");
+        let data = tmp.path().join("data");
+        let store = Store::new(&data);
+        let att = sample();
+        store.save(&att).unwrap();
+        let wait = Duration::from_millis(10);
+        let held = store.lock_device("pci-0000_3b_00.7", wait).unwrap();
+        for key in [att.device_key.as_str(), "pci-0000_3b_00.2"] {
+            drop(store.lock_device(key, wait).unwrap());
+        }
+        store.sweep();
+        let mut kept = vec![
+            format!("{}.lock", att.device_key),
+            "pci-0000_3b_00.7.lock".to_string(),
+        ];
+        kept.sort();
+        assert_eq!(lock_names(&data), kept, "a free one no record names goes");
+
+        drop(held);
+        store
+            .remove(&att.network, &att.container_id, &att.ifname)
+            .unwrap();
+        store.sweep();
+        assert_eq!(lock_names(&data), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_prepared_claims_lock_files_stay_until_it_is_gone() {
+        let tmp = TempDir::new("state-claim-locks");
+        let data = tmp.path().join("data");
+        let store = Store::new(&data);
+        let claims = ClaimStore::new(&data);
+        let claim: crate::attach::claim::PreparedClaim =
+            serde_json::from_value(serde_json::json!({
+                "claim": {"namespace": "ns", "name": "c", "uid": "uid-1"},
+                "devices": [{"request": "rdma", "pool": "node-a", "device": "eth-rail0",
+                             "kind": "soft-roce", "netdev": "rail0",
+                             "lockKey": "mac-52:54:00:1a:02:01"}]
+            }))
+            .unwrap();
+        claims.save(&claim).unwrap();
+        let wait = Duration::from_millis(10);
+        for key in ["claim-uid-1", "mac-52:54:00:1a:02:01", "claim-uid-2"] {
+            drop(store.lock_device(key, wait).unwrap());
+        }
+        let names = || lock_names(&data);
+        store.sweep();
+        assert_eq!(names(), ["claim-uid-1.lock", "mac-52:54:00:1a:02:01.lock"]);
+        claims.remove("uid-1").unwrap();
+        store.sweep();
+        assert_eq!(names(), Vec::<String>::new());
     }
 
     #[test]

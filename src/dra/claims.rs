@@ -14,7 +14,9 @@ use std::time::Duration;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use serde_json::{Map, Value};
 
-use crate::attach::claim::{ClaimRef, ClaimStore, PreparedClaim, PreparedDevice, ATTACH_FIELDS};
+use crate::attach::claim::{
+    claim_lock_key, ClaimRef, ClaimStore, PreparedClaim, PreparedDevice, ATTACH_FIELDS,
+};
 use crate::attach::store::Store;
 use crate::dra::cdi::{self, CdiDevice};
 use crate::dra::config::{DriverConfig, DRIVER_NAME};
@@ -106,7 +108,7 @@ impl Claims {
     /// Record, then spec, under the claim's lock and its devices'.
     fn write_locked(&self, prepared: &PreparedClaim, spec: &Value) -> Result<()> {
         let store = self.store();
-        let _claim = store.lock_device(&claim_lock(&prepared.claim.uid), LOCK_TIMEOUT)?;
+        let _claim = store.lock_device(&claim_lock_key(&prepared.claim.uid), LOCK_TIMEOUT)?;
         let mut keys: Vec<&str> = prepared
             .devices
             .iter()
@@ -130,13 +132,15 @@ impl Claims {
     pub fn unprepare(&self, uid: &str) -> Result<()> {
         let store = self.store();
         {
-            let _claim = store.lock_device(&claim_lock(uid), LOCK_TIMEOUT)?;
+            let _claim = store.lock_device(&claim_lock_key(uid), LOCK_TIMEOUT)?;
             cdi::remove(&self.cfg.cdi_dir, uid)?;
             kill_point("dra-uncdi");
             self.claim_store().remove(uid)?;
         }
-        // A claim's lock file goes with it (device locks stay: one per device).
-        store.remove_lock(&claim_lock(uid));
+        // The claim's lock file and its devices' go with it, unless someone holds them. A sweep
+        // rather than the record's keys: a retry after a kill past the record's removal must
+        // still find them.
+        store.sweep();
         Ok(())
     }
 
@@ -178,11 +182,6 @@ impl Claims {
             ))
         })
     }
-}
-
-/// The lock key of claim `uid` (`locks/claim-<uid>.lock`).
-fn claim_lock(uid: &str) -> String {
-    format!("claim-{uid}")
 }
 
 /// Debug builds kill the driver at a named point (`RDMA_NS_TEST_KILL_AT`), as the CNI's steps do.

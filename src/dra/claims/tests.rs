@@ -123,9 +123,27 @@ fn prepare_records_the_device_and_writes_its_cdi_spec_idempotently() {
     claims.unprepare(UID).unwrap();
     assert!(files(&claims.cfg.cdi_dir).is_empty());
     assert!(files(&claims.cfg.data_dir.join("_claims")).is_empty());
-    let locks = files(&claims.cfg.data_dir.join("locks"));
-    assert!(!locks.iter().any(|l| l.starts_with("claim-")), "{locks:?}");
     claims.unprepare(UID).unwrap();
+}
+
+#[test]
+fn the_claims_and_its_devices_lock_files_go_with_unprepare() {
+    let tmp = TempDir::new("dra-locks");
+    let fx = SysfsFixture::all().unwrap();
+    let claims = node(&tmp, &fx);
+    let c = claim(&[("rdma", "node-a", "mlx5-0-p1")], json!([]));
+    claims.prepare(&c).unwrap();
+    let locks = || files(&claims.cfg.data_dir.join("locks"));
+    assert_eq!(
+        locks(),
+        [
+            format!("claim-{UID}.lock"),
+            "pci-0000:3b:00.0.lock".to_string()
+        ],
+        "the prepared claim's and its device's"
+    );
+    claims.unprepare(UID).unwrap();
+    assert_eq!(locks(), Vec::<String>::new());
 }
 
 /// What the scheduler or a user can get wrong is refused with a message naming the claim, the
