@@ -254,6 +254,11 @@ exec_server() {
         fail "cannot overlay /root"
     mkdir -p /root/.ssh && cp "$LAB_SSH_PUB" /root/.ssh/authorized_keys || fail "cannot write /root/.ssh/authorized_keys"
     chmod 700 /root /root/.ssh && chmod 600 /root/.ssh/authorized_keys
+    # dropbear runs a command with root's shell, and Debian's bash (built with SSH_SOURCE_BASHRC)
+    # then sources ~/.bashrc: the host's, which may run anything. One running `pyenv init` made
+    # each `install/lab.sh node` call take 20 to 50 s under TCG. The node's root has its own.
+    printf '# the lab node: nothing, see install/lab/node.sh exec_server\n' | tee /root/.bashrc >/root/.profile ||
+        fail "cannot write /root/.bashrc"
     dropbear -r "$LAB_SSH_HOSTKEY" -p "$NODE_IP:22" -s -E 2>>"$LOGDIR/dropbear.log" ||
         fail "dropbear did not start"
 }
