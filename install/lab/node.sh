@@ -235,6 +235,11 @@ wait_containerd() {
     fail "containerd does not answer (see $LOGDIR/containerd.log)"
 }
 
+# A started service returns once it serves: the kubelet and the cases dial containerd's socket.
+wait_serving() {
+    [[ $1 != containerd ]] || wait_containerd
+}
+
 # The images came with the disk (install/lab/seed.sh); one that did not is imported here.
 import_images() {
     local name ref have
@@ -287,9 +292,9 @@ boot() {
 
 case ${1:-} in
 boot) boot ;;
-start) start_service "${2:?service}" ;;
+start) start_service "${2:?service}" && wait_serving "$2" ;;
 stop) stop_service "${2:?service}" ;;
-restart) stop_service "${2:?service}" && start_service "$2" ;;
+restart) stop_service "${2:?service}" && start_service "$2" && wait_serving "$2" ;;
 status) for s in "${SERVICES[@]}"; do echo "$s $(pidof_service "$s" || echo stopped)"; done ;;
 *) echo "usage: node.sh boot | start|stop|restart SERVICE | status" >&2; exit 2 ;;
 esac

@@ -73,8 +73,11 @@ def containerd_restarted(lab):
     lab.lab_pod("t-cd-b", "node2")
     lab.wait_ready("t-cd-a", "t-cd-b")
     before = lab.kjson("get", "pod", "t-cd-a")["status"]["containerStatuses"][0]
+    # node.sh returns once the new containerd serves; the kubelet's CRI client then redials
+    # with its own backoff, and until it has, exec fails with "dial unix ...containerd.sock".
     lab.node(1, "bash", os.path.join(REPO, "install/lab/node.sh"), "restart", "containerd")
-    time.sleep(10)
+    wait_until("kubectl exec into t-cd-a after the containerd restart", 180,
+               lambda: lab.pod_exec("t-cd-a", "true", check=False).returncode == 0, step=5)
     after = lab.kjson("get", "pod", "t-cd-a")["status"]["containerStatuses"][0]
     if after["containerID"] != before["containerID"] or after["restartCount"] != before["restartCount"]:
         raise Fail(f"t-cd-a's container changed across the containerd restart: {before} -> {after}")
