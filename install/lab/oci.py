@@ -141,7 +141,8 @@ class Blobs:
 
 def write_image(out, ref, layers, config):
     tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
-    tmp = out + ".tmp"
+    # Per process: an `up` interrupted by killing lab.sh alone leaves its builder running.
+    tmp = f"{out}.tmp-{os.getpid()}"
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         blobs = Blobs(tar)
         add_dir(tar, "blobs")
