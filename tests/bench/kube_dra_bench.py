@@ -79,11 +79,11 @@ class DriverProc:
 
     def __init__(self, lab, n):
         self.lab, self.n = lab, n
-        pids = lab.sh(n, "pgrep -x rdma-ns-dra || true").split()
+        out = lab.sh(n, "getconf CLK_TCK; pgrep -x rdma-ns-dra || true").split()
+        self.hz, pids = int(out[0]), out[1:]
         if len(pids) != 1:
             raise Fail(f"node{n}: {len(pids)} rdma-ns-dra processes ({pids})")
         self.pid = pids[0]
-        self.hz = int(lab.sh(n, "getconf CLK_TCK").strip())
 
     def sample(self):
         """(CPU seconds so far, VmRSS kB, VmHWM kB, the node's clock)."""
