@@ -48,6 +48,12 @@ if bash "$LAB" status | grep -q '^lab: up'; then
     fail_tier "a lab is up already ($(bash "$LAB" status | head -1)): install/lab.sh down first"
 fi
 
+# installer-updated rolls the installer DaemonSet to a second image, which install/lab/images.sh
+# builds (one more static build) only when asked.
+if ((${#cases[@]} == 0)) || printf '%s\n' "${cases[@]}" | grep -qx installer-updated; then
+    export RDMA_NS_LAB_NEXT_INSTALLER=1
+fi
+
 LOGS=$(mktemp -d /tmp/rdma-ns-kube.XXXXXX)
 start=$(date +%s)
 say "install/lab.sh up (log: $LOGS/up.log)"
