@@ -14,7 +14,8 @@ from cases_lifecycle import images_tar
 from cases_traffic import PodView, ib_write_bw_on_rail0, rping
 
 DRIVER = "rdma-ns.io"
-DRIVER_CONFIG = {"rails": {"rail0": "rail0", "rail1": "rail1"}, "softRoceNetdevs": ["rail0", "rail1"]}
+# aux0 (no rail) shares rail1's PCIe root: dra-topology's pair under one root.
+DRIVER_CONFIG = {"rails": {"rail0": "rail0", "rail1": "rail1"}, "softRoceNetdevs": ["rail0", "rail1", "aux0"]}
 DEVICE_PLUGIN = "rdma-shared-dp-ds"
 # The claim every DRA pod here gets: one Soft-RoCE-capable netdev on rail0 (conf/dra's
 # rdma-soft-roce, narrowed to a rail).
