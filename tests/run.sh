@@ -3,9 +3,10 @@
 #   tests/run.sh            all tiers: lint, unit, root integration, e2e, benchmark smoke, VM
 #                           (one VM tier per kernel: vm-6.1 and vm-7)
 #   tests/run.sh --no-vm    leave out the VM tiers (quick local runs; reported as skipped)
-#   tests/run.sh --kube     also the Kubernetes tier (kube: tests/kube/run.sh). Not yet in the
-#                           default run: on 2 cores under TCG it takes longer than CI allows
-#                           (tests/README.md, "Kubernetes tier")
+#   tests/run.sh --kube     the Kubernetes tier (kube: tests/kube/run.sh) with all its cases; by
+#                           default it runs KUBE_SMOKE only, since all of them on 2 cores under
+#                           TCG take longer than CI allows (tests/README.md, "Kubernetes tier")
+#   tests/run.sh --no-kube  leave out the Kubernetes tier (reported as skipped)
 #   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
 # Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
 # skipped), then one line per skip, then as the very last line "N passed, N failed" (with
@@ -18,14 +19,16 @@ REPO=$(pwd)
 export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin:$PATH"
 
 run_vm=1
-run_kube=0
+# kube: smoke (the default: KUBE_SMOKE's cases), all (--kube) or none (--no-kube).
+run_kube=smoke
 run_bench=1
 for arg in "$@"; do
   case "$arg" in
     --no-vm) run_vm=0 ;;
-    --kube) run_kube=1 ;;
+    --kube) run_kube=all ;;
+    --no-kube) run_kube=none ;;
     --no-bench) run_bench=0 ;;
-    *) echo "usage: tests/run.sh [--no-vm] [--no-bench] [--kube]" >&2; exit 2 ;;
+    *) echo "usage: tests/run.sh [--no-vm] [--no-bench] [--kube | --no-kube]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,6 +44,9 @@ BENCH=tests/bench/run.sh
 VM=tests/vm/run.sh
 KUBE=tests/kube/run.sh
 LAB_BUILD=install/lab/build.sh
+# The kube cases of the default run: README's recipe, RDMA across the nodes through the device
+# plugin, Multus and rdma-ns, and through rdma-ns-dra's claims (about 10 of the tier's 50 minutes).
+KUBE_SMOKE=(recipe traffic-across-nodes dra-across-nodes)
 
 # The root-integration test targets the host tier runs, by exact cargo target name. Every
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
@@ -72,7 +78,7 @@ for t in "$E2E" "$BENCH" "$VM" "$KUBE"; do
   case $t in
     "$BENCH") [ "$run_bench" = 1 ] || continue ;;
     "$VM") [ "$run_vm" = 1 ] || continue ;;
-    "$KUBE") [ "$run_kube" = 1 ] || continue ;;
+    "$KUBE") [ "$run_kube" != none ] || continue ;;
   esac
   if [ -f "$t" ] && list=$(bash "$t" --print-packages); then
     read -r -a more <<<"$list"
@@ -215,7 +221,7 @@ fi
 # (dra_apiserver), the kube tier all of them; its time is the cold build's share of a fresh run.
 if [ ! -f "$LAB_BUILD" ]; then
   fail_tier lab-build "$LAB_BUILD is missing"
-elif [ "$run_kube" = 1 ]; then
+elif [ "$run_kube" != none ]; then
   run_tier lab-build exit bash "$LAB_BUILD"
 else
   run_tier lab-build exit bash "$LAB_BUILD" kubernetes
@@ -257,8 +263,14 @@ for kernel in 6.1 7; do
   fi
 done
 
-if [ "$run_kube" = 1 ]; then
-  if [ -f "$KUBE" ]; then run_tier kube summary bash "$KUBE"; else fail_tier kube "$KUBE is missing"; fi
+if [ "$run_kube" = none ]; then
+  skip_tier kube --no-kube
+elif [ ! -f "$KUBE" ]; then
+  fail_tier kube "$KUBE is missing"
+elif [ "$run_kube" = all ]; then
+  run_tier kube summary bash "$KUBE"
+else
+  run_tier kube summary bash "$KUBE" "${KUBE_SMOKE[@]}"
 fi
 
 # ---------------------------------------------------------------- summary
