@@ -366,6 +366,13 @@ fn a_failed_add_at_each_step_leaves_the_host_exactly_as_before() {
         assert_eq!(host_view(&veth.nic), before, "after failing at {step}");
         assert!(ns.link("net1").is_none(), "{step}: nothing left in the pod");
         assert!(data.records().is_empty(), "{step}: no record left");
+        let locks: Vec<_> = std::fs::read_dir(data.path().join("state/locks"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(locks.is_empty(), "{step}: lock files left: {locks:?}");
         // IPAM ADD runs beside the intent record and the move: released after any step.
         assert_eq!(ipam_log(&data), vec!["ADD", "DEL"], "{step}");
     }

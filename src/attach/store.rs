@@ -319,6 +319,23 @@ impl Store {
         })
     }
 
+    /// Runs `f` under the lock of `device_key` (see `lock_device`). When `f` fails, its ADD was
+    /// rolled back, so the lock file goes as after DEL, unless someone holds it.
+    pub fn under_device_lock<T>(
+        &self,
+        device_key: &str,
+        timeout: Duration,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let lock = self.lock_device(device_key, timeout)?;
+        let outcome = f();
+        drop(lock);
+        if outcome.is_err() {
+            self.remove_lock(device_key);
+        }
+        outcome
+    }
+
     /// Takes the lock of one attachment, which its IPAM plugins inherit (`lifecycle`), waiting
     /// at most `timeout`; code 11 when it stays busy.
     pub fn lock_attachment(

@@ -234,7 +234,6 @@ fn add_chained(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Resu
     };
     let rec = ib_device_of_function(ctx, &bdf)?;
     let key = format!("ib-{}", rec.ibdev);
-    let _lock = ctx.store.lock_device(&key, add.conf.plugin.lock_timeout)?;
     let iface = prev.interfaces.iter().find(|i| i.name == req.env.ifname);
     let state = ChainedState {
         function: bdf,
@@ -243,15 +242,24 @@ fn add_chained(ctx: &Ctx<'_>, req: &Request, add: &ModeAdd<'_, Chained>) -> Resu
         prev_mtu: iface.and_then(|i| i.mtu).filter(|&m| m != 0),
     };
     let mode_state = ModeState::of::<Chained>(state);
-    let att = Attachment::adding(req, &netns, key, mode_state, add.conf.recorded_device_id());
-    crate::attach::plan::transact(ctx.fault.clone(), |plan| {
-        let mut att = att;
-        crate::attach::lifecycle::write_intent(ctx, &add.conf, &mut att, plan)?;
-        move_into_pod(ctx, &netns, &rec, plan)?;
-        let mut pod = PodSide::new(ctx, req, &add.conf, &netns, att, prev);
-        pod.ib_devices = vec![rec.ibdev.clone()];
-        crate::attach::steps::run(pod, plan)
-    })
+    let att = Attachment::adding(
+        req,
+        &netns,
+        key.clone(),
+        mode_state,
+        add.conf.recorded_device_id(),
+    );
+    ctx.store
+        .under_device_lock(&key, add.conf.plugin.lock_timeout, || {
+            crate::attach::plan::transact(ctx.fault.clone(), |plan| {
+                let mut att = att;
+                crate::attach::lifecycle::write_intent(ctx, &add.conf, &mut att, plan)?;
+                move_into_pod(ctx, &netns, &rec, plan)?;
+                let mut pod = PodSide::new(ctx, req, &add.conf, &netns, att, prev);
+                pod.ib_devices = vec![rec.ibdev.clone()];
+                crate::attach::steps::run(pod, plan)
+            })
+        })
 }
 
 /// Moving an ib device between namespaces needs the RDMA subsystem in exclusive netns mode.

@@ -83,15 +83,17 @@ impl ModeDriver for MoveDevice {
             Err(e) => return Err(e),
         };
         let key = device_key(&found);
-        let _lock = ctx.store.lock_device(&key, add.conf.plugin.lock_timeout)?;
-        let add = MoveAdd::decide(ctx, req, add, &netns, &found, key)?;
-        let moved = format!(
-            "moved {} into {} as {}",
-            add.host.name, add.att.netns, add.att.ifname
-        );
-        let result = crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))?;
-        crate::log_info!("{moved}");
-        Ok(result)
+        let timeout = add.conf.plugin.lock_timeout;
+        ctx.store.under_device_lock(&key.clone(), timeout, || {
+            let add = MoveAdd::decide(ctx, req, add, &netns, &found, key)?;
+            let moved = format!(
+                "moved {} into {} as {}",
+                add.host.name, add.att.netns, add.att.ifname
+            );
+            let result = crate::attach::plan::transact(ctx.fault.clone(), |plan| add.run(plan))?;
+            crate::log_info!("{moved}");
+            Ok(result)
+        })
     }
 
     /// CHECK: the interface is in the pod with the recorded identity and MTU, and the ib device
