@@ -54,6 +54,12 @@ if ((${#cases[@]} == 0)) || printf '%s\n' "${cases[@]}" | grep -qx installer-upd
     export RDMA_NS_LAB_NEXT_INSTALLER=1
 fi
 
+# up's own pods rdma-a and rdma-b are the recipe case's to check and delete; without that case
+# they would be left behind after every other case.
+if ((${#cases[@]} > 0)) && ! printf '%s\n' "${cases[@]}" | grep -qx recipe; then
+    export RDMA_NS_LAB_PODS=0
+fi
+
 LOGS=$(mktemp -d /tmp/rdma-ns-kube.XXXXXX)
 start=$(date +%s)
 say "install/lab.sh up (log: $LOGS/up.log)"
