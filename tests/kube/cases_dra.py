@@ -25,7 +25,8 @@ TEMPLATE = {
     "metadata": {"name": "lab-soft-roce-rail0", "namespace": "default"},
     "spec": {"spec": {"devices": {"requests": [{"name": "rdma", "exactly": {
         "deviceClassName": "rdma-ns-soft-roce",
-        "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].rail == "rail0"'}}],
+        # Guarded: aux0 has no rail, and an unguarded read fails the scheduler's filter.
+        "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].?rail.orValue("") == "rail0"'}}],
     }}]}}},
 }
 NAD_FILE = os.path.join(REPO, "conf/dra/nad-dra.yaml")
@@ -238,7 +239,7 @@ def dra_bad_input(lab):
     malformed driver config: each message lands where the user looks, and nothing is left."""
     ensure_driver(lab)
     # A selector that matches nothing: the pod's PodScheduled condition says why.
-    lab.apply(json.dumps(claim_template("lab-no-such-rail", selector=f'device.attributes["{DRIVER}"].rail == "rail9"')))
+    lab.apply(json.dumps(claim_template("lab-no-such-rail", selector=f'device.attributes["{DRIVER}"].?rail.orValue("") == "rail9"')))
     claim_pod(lab, "t-dra-none", "node1", "lab-no-such-rail")
     reason = wait_until("t-dra-none's scheduler reason", 300, lambda: unschedulable_reason(lab, "t-dra-none"))
     if "claim" not in reason:
