@@ -134,7 +134,7 @@ class Lab:
 
     def node_state(self, n):
         """attachments, soft_roce_devices and data_dir_files of node n, in one node call (each
-        call costs tens of seconds on a busy TCG node)."""
+        call is an SSH handshake on a TCG vCPU, about a second)."""
         return self._read_node(n, *NODE_READS)
 
     def _read_node(self, n, *names):

@@ -48,17 +48,14 @@ if bash "$LAB" status | grep -q '^lab: up'; then
     fail_tier "a lab is up already ($(bash "$LAB" status | head -1)): install/lab.sh down first"
 fi
 
+# Whether case $1 runs: every case runs when none is named.
+chosen() { ((${#cases[@]} == 0)) || printf '%s\n' "${cases[@]}" | grep -qx "$1"; }
 # installer-updated rolls the installer DaemonSet to a second image, which install/lab/images.sh
 # builds (one more static build) only when asked.
-if ((${#cases[@]} == 0)) || printf '%s\n' "${cases[@]}" | grep -qx installer-updated; then
-    export RDMA_NS_LAB_NEXT_INSTALLER=1
-fi
-
+chosen installer-updated && export RDMA_NS_LAB_NEXT_INSTALLER=1
 # up's own pods rdma-a and rdma-b are the recipe case's to check and delete; without that case
 # they would be left behind after every other case.
-if ((${#cases[@]} > 0)) && ! printf '%s\n' "${cases[@]}" | grep -qx recipe; then
-    export RDMA_NS_LAB_PODS=0
-fi
+chosen recipe || export RDMA_NS_LAB_PODS=0
 
 LOGS=$(mktemp -d /tmp/rdma-ns-kube.XXXXXX)
 start=$(date +%s)
