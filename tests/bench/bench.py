@@ -802,7 +802,13 @@ def main():
                    capture_output=True)
     samples = Samples(os.path.join(outdir, "samples.csv"))
     lines = []
-    out = lines.append
+
+    def out(line):
+        # Printed as it comes: a section cut short by the caller's timeout (a lab bench runs
+        # for many minutes) still shows the parts it measured.
+        lines.append(line)
+        print(line, flush=True)
+
     t_start = time.monotonic()
     try:
         out("rdma-ns benchmark: kernel %s, %d cpus, %d cycles%s; raw samples in %s" % (
@@ -865,7 +871,6 @@ def main():
     out("failures: %d; wall %.0f s; load average at end %s" % (
         len(failures), time.monotonic() - t_start, loadavg()))
     text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
     with open(os.path.join(outdir, "summary.txt"), "w") as f:
         f.write(text)
         for fail in failures:

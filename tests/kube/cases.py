@@ -29,7 +29,9 @@ def run_case(lab, fn):
         fn(lab)
         lab.assert_clean()
     except Fail as e:
-        print(f"FAIL {fn.__name__.replace('_', '-')}: {e}", flush=True)
+        name = fn.__name__.replace('_', '-')
+        print(f"FAIL {name}: {e}", flush=True)
+        lab.save_node_logs(name)
         try:
             lab.cleanup()
         except Fail as e2:

@@ -55,6 +55,41 @@ def finish(proc, what):
     return out
 
 
+class InPod:
+    """A tool run in a pod whose output and exit status go to files in the pod, not down the
+    exec stream. A CI run lost an exec stream when the tool had done its work: the kubelet reset
+    the connection (apiserver: "read tcp ...:10250: connection reset by peer", kubectl: "websocket:
+    close 1006 (abnormal closure)"), and with it the server's output and exit status. The process
+    in the container outlives a dropped stream, so the files still say how it ended."""
+
+    def __init__(self, lab, pod, script, tag):
+        self.lab, self.pod, self.tag = lab, pod, tag
+        files = f"/tmp/rdma-ns-test.{tag}"
+        self.out_file, self.rc_file = files + ".out", files + ".rc"
+        wrapped = f"rm -f {self.rc_file}; ( {script} ) >{self.out_file} 2>&1; echo $? >{self.rc_file}"
+        self.proc = background(lab, pod, wrapped)
+
+    def kill(self):
+        self.proc.kill()
+
+    def wait(self, what):
+        """The tool's output; a Fail naming its exit status when that is not 0."""
+        try:
+            self.proc.communicate(timeout=TOOL_TIMEOUT + 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise Fail(f"{what}: still running after {TOOL_TIMEOUT + 30} s")
+        stream = "" if self.proc.returncode == 0 else f" (its exec stream ended with exit {self.proc.returncode})"
+        # The tool is bounded by its own `timeout -s KILL`, so the status file comes.
+        rc = wait_until(f"{what}: exit status in {self.rc_file}{stream}", TOOL_TIMEOUT + 30,
+                        lambda: self.lab.pod_exec(self.pod, "cat", self.rc_file, check=False).stdout.strip(),
+                        step=10)
+        out = self.lab.pod_exec(self.pod, "cat", self.out_file).stdout
+        if rc != "0":
+            raise Fail(f"{what}: exit {rc}{stream}: {out[-1500:]}")
+        return out
+
+
 def listening(lab, pod, port):
     out = lab.pod_exec(pod, "ss", "-Hltn", check=False).stdout
     return f":{port} " in out
@@ -84,7 +119,7 @@ def cm_listening(lab, pod):
 
 
 def server_client(lab, server_pod, server_script, port, client_pod, client_script, what, cm=False):
-    server = background(lab, server_pod, server_script)
+    server = InPod(lab, server_pod, server_script, "server")
     try:
         if cm:
             # rping's server listens through RDMA CM, no TCP port: its cm_id in LISTEN, as
@@ -94,14 +129,13 @@ def server_client(lab, server_pod, server_script, port, client_pod, client_scrip
             wait_until(f"{what} server listening (RDMA CM)", LISTEN_WAIT, lambda: cm_listening(lab, server_pod))
         else:
             wait_until(f"{what} server listening on {port}", LISTEN_WAIT, lambda: listening(lab, server_pod, port))
-        client = lab.pod_exec(client_pod, "sh", "-c", client_script, check=False, timeout=TOOL_TIMEOUT + 30)
+        client = InPod(lab, client_pod, client_script, "client")
+        client_out = client.wait(f"{what} client in {client_pod}")
     except Fail:
         server.kill()
         raise
-    server_out = finish(server, f"{what} server in {server_pod}")
-    if client.returncode != 0:
-        raise Fail(f"{what} client in {client_pod}: exit {client.returncode}: {(client.stdout + client.stderr)[-1500:]}")
-    return server_out, client.stdout + client.stderr
+    server_out = server.wait(f"{what} server in {server_pod}")
+    return server_out, client_out
 
 
 def ib_write_bw(lab, a, b, size=65536, iters=2000, tclass=False):

@@ -81,6 +81,24 @@ class Lab:
         args = ["exec", pod] + (["-c", container] if container else []) + ["--", *cmd]
         return self._run(["bash", self.lab_sh, "kubectl", *args], None, check, timeout)
 
+    def save_node_logs(self, case):
+        """After a failed case, the tail of each node's component logs (containerd, kubelet,
+        kube-proxy, dropbear) into the logs dir: /var/log/lab is in the VM's memory overlay and
+        goes with the lab, and a reset exec stream is explained only by the kubelet's log."""
+        if not self.logs:
+            return
+        for n in (1, 2):
+            into = os.path.join(self.logs, case, f"node{n}")
+            os.makedirs(into, exist_ok=True)
+            try:
+                for name in self.sh(n, "ls /var/log/lab").split():
+                    text = self.sh(n, f"tail -n 20000 /var/log/lab/{name}")
+                    with open(os.path.join(into, name), "w") as f:
+                        f.write(text)
+            except Fail as e:
+                with open(os.path.join(into, "unreadable"), "w") as f:
+                    f.write(f"{e}\n")
+
     def manifests(self, *args):
         p = self._run(["python3", os.path.join(REPO, "install/lab/manifests.py"), *args])
         return p.stdout
