@@ -15,7 +15,8 @@ use std::process::Command;
 use common::*;
 use serde_json::{json, Value};
 use vm_support::{
-    probe_bin, probe_exchange_args, require_vm, wait_for_sysfs_gid_index, MacvlanPod,
+    probe_bin, probe_exchange_args, require_vm, wait_for_sysfs_gid_index, wait_link_local_usable,
+    MacvlanPod,
 };
 
 const POD: &str = "/run/netns/vmpod";
@@ -170,17 +171,7 @@ fn vm_probe_in_the_pod_brings_an_rc_qp_to_rts_on_envs_gid_index() {
 #[test]
 fn vm_probe_ping_pong_and_write_stream_host_to_host_on_rxe_gid_0() {
     require_vm();
-    // GID 0 is rxev0's IPv6 link-local address: wait until it is no longer tentative (DAD),
-    // as traffic to a tentative address is not routed.
-    let ready = (0..100).any(|_| {
-        let a = sh(&["ip", "-6", "addr", "show", "dev", "rxev0", "scope", "link"]);
-        if a.contains("inet6") && !a.contains("tentative") {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        false
-    });
-    assert!(ready, "rxev0 has no usable IPv6 link-local address (GID 0)");
+    wait_link_local_usable("rxev0");
     let args = |role: &[&str]| probe_exchange_args("rxe0", 0, 100, role);
     // One try and a hundred round trips: each is a chance for the listener's send completion
     // and the connector's next message to land in one poll, which a wait that counted any

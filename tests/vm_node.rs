@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use exporter_support::Exporter;
 use serde_json::Value;
-use vm_support::{rdma_ns_bin, read, require_vm, run, switch_to_exclusive, wait_until, Budget};
+use vm_support::{
+    rdma_ns_bin, read, require_vm, run, switch_to_exclusive, wait_link_local_usable, wait_until,
+    Budget,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -321,6 +324,7 @@ fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
 
     // RC traffic between two QPs of rxe0 over GID 0 in the initial netns (rxe loops it back
     // through its UDP socket there).
+    wait_link_local_usable("rxev0");
     let args = [
         "-d", "rxe0", "-g", "0", "-p", "18777", "-n", "200", "-s", "1024",
     ];
@@ -336,7 +340,7 @@ fn vm_exporter_counters_grow_while_rc_pingpong_runs() {
     for _ in 0..100 {
         std::thread::sleep(Duration::from_millis(100));
         let out = Command::new("timeout")
-            .arg("120")
+            .args(["-s", "KILL", "120"])
             .arg("ibv_rc_pingpong")
             .args(args)
             .arg("127.0.0.1")

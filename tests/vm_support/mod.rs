@@ -100,6 +100,30 @@ pub fn read(path: &str) -> String {
         .to_string()
 }
 
+/// Waits until `netdev`'s IPv6 link-local address, which is GID 0 of an rxe device over it, is
+/// past DAD. Each case's veth is new, and its DAD (up to about 2 s under TCG) may still run. While
+/// the address is "tentative" the kernel has no local route to it, and a QP's move to RTR towards
+/// that GID fails: the kernel resolves a RoCE v2 GID's MAC through the IP stack
+/// (ib_resolve_unicast_gid_dmac). A CI run's ibv_rc_pingpong failed so: "Failed to modify QP to
+/// RTR".
+pub fn wait_link_local_usable(netdev: &str) {
+    let budget = Budget::Within {
+        within: Duration::from_secs(10),
+        every: Duration::from_millis(100),
+    };
+    wait_until(
+        &format!("{netdev}'s IPv6 link-local address past DAD"),
+        budget,
+        || {
+            let addrs = run(
+                "ip",
+                &["-6", "addr", "show", "dev", netdev, "scope", "link"],
+            );
+            addrs.contains("inet6") && !addrs.contains("tentative")
+        },
+    );
+}
+
 /// Names of the links in the current netns, or in `netns` (a name under /run/netns).
 pub fn link_names(netns: Option<&str>) -> Vec<String> {
     let mut args = vec![];
