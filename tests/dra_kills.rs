@@ -248,23 +248,29 @@ async fn the_driver_killed_at_random_instants_leaves_the_kubelets_retry_the_same
         | 1;
     eprintln!("seed {seed}, an unkilled prepare took {took} us, an unprepare {unprepare_took} us");
     let mut rng = Rng(seed);
-    // Calls the kill cut off before the driver answered: the kills must land while it works.
-    let (mut cut_prepares, mut cut_unprepares) = (0, 0);
     let rounds: u64 = std::env::var("RDMA_NS_DRA_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
-    for round in 0..rounds {
-        // Prepare, killed somewhere within twice an unkilled run's time.
-        let driver = node.start();
-        let at = Duration::from_micros(rng.below(2 * took + 1));
+    // Each kill's window is twice the median of the unkilled calls made as the killed one is:
+    // the retries, on a driver just started. The reference runs alone set the first window
+    // only: measured while other tests ran, they once made it so wide (a prepare at 7.8 ms)
+    // that 4 prepares and no unprepare were cut in 40 rounds.
+    let (mut retry_prepares, mut retry_unprepares) = (vec![took], vec![unprepare_took]);
+    // Calls the kill cut off before the driver answered: the kills must land while it works.
+    // Rounds go on past `rounds` (to 4 times as many) until each kind of call was cut.
+    let (mut cut_prepares, mut cut_unprepares) = (0, 0);
+    let mut round = 0;
+    while round < rounds || ((cut_prepares == 0 || cut_unprepares == 0) && round < 4 * rounds) {
+        // Prepare, killed somewhere within its window.
+        let at = Duration::from_micros(rng.below(2 * median(retry_prepares.clone()) + 1));
         let sock = node.socket();
-        let call = tokio::spawn(async move { prepare_at(sock).await });
-        tokio::time::sleep(at).await;
-        kill(driver);
-        cut_prepares += usize::from(matches!(call.await.unwrap(), Call::Cut));
+        let cut = kill_during(node.start(), at, prepare_at(sock)).await;
+        cut_prepares += usize::from(cut);
         let driver = node.start();
+        let started = Instant::now();
         let retried = prepare(&node).await.unwrap();
+        retry_prepares.push(started.elapsed().as_micros() as u64);
         assert_eq!(
             retried, reference,
             "round {round} (prepare killed at {at:?})"
@@ -276,24 +282,43 @@ async fn the_driver_killed_at_random_instants_leaves_the_kubelets_retry_the_same
         );
         kill(driver);
 
-        // Unprepare, killed likewise within twice its own unkilled time.
-        let driver = node.start();
-        let at = Duration::from_micros(rng.below(2 * unprepare_took + 1));
+        // Unprepare, killed likewise within its own window.
+        let at = Duration::from_micros(rng.below(2 * median(retry_unprepares.clone()) + 1));
         let sock = node.socket();
-        let call = tokio::spawn(async move { unprepare_at(sock).await });
-        tokio::time::sleep(at).await;
-        kill(driver);
-        cut_unprepares += usize::from(matches!(call.await.unwrap(), Call::Cut));
+        let cut = kill_during(node.start(), at, unprepare_at(sock)).await;
+        cut_unprepares += usize::from(cut);
         let driver = node.start();
+        let started = Instant::now();
         assert_eq!(unprepare(&node).await.unwrap(), "", "round {round}");
+        retry_unprepares.push(started.elapsed().as_micros() as u64);
         assert_clean(&node, &format!("round {round}: unprepare killed at {at:?}"));
         kill(driver);
+        round += 1;
     }
-    eprintln!("{rounds} rounds: {cut_prepares} prepares and {cut_unprepares} unprepares cut off by the kill");
+    eprintln!("{round} rounds: {cut_prepares} prepares and {cut_unprepares} unprepares cut off by the kill");
     assert!(
         cut_prepares > 0 && cut_unprepares > 0,
         "no kill landed during a call: {cut_prepares}, {cut_unprepares}"
     );
+}
+
+/// Runs `call` against `driver` and kills the driver `at` after the call began; true when the
+/// kill cut the call off. The kill comes from a thread of its own and a blocking sleep: the
+/// runtime's timer ticks in milliseconds, longer than a whole unprepare, and the call goes on
+/// while the test waits for the kill.
+async fn kill_during(
+    driver: Driver,
+    at: Duration,
+    call: impl std::future::Future<Output = Call> + Send + 'static,
+) -> bool {
+    let call = tokio::spawn(call);
+    tokio::task::spawn_blocking(move || {
+        std::thread::sleep(at);
+        kill(driver);
+    })
+    .await
+    .unwrap();
+    matches!(call.await.unwrap(), Call::Cut)
 }
 
 fn median(mut times: Vec<u64>) -> u64 {
