@@ -211,10 +211,10 @@ fn assert_clean(node: &Node, when: &str) {
 #[tokio::test]
 async fn the_driver_killed_at_random_instants_leaves_the_kubelets_retry_the_same_outcome() {
     let node = Node::new("dra-kills");
-    // The reference: runs no one kills. An unprepare does far less than a prepare, so each
-    // call's kills get a window of its own, twice the median of five unkilled runs: a first
-    // call pays the driver's lazy set-up, and with one shared window from a single run, a run
-    // once cut 9 prepares and not one unprepare.
+    // The reference: runs no one kills, whose medians of five open each call's kill window (a
+    // first call pays the driver's lazy set-up). An unprepare does far less than a prepare, so
+    // each call has a window of its own: with one shared window, a run once cut 9 prepares and
+    // not one unprepare.
     let driver = node.start();
     let (mut prepare_times, mut unprepare_times) = (Vec::new(), Vec::new());
     let mut reference = None;

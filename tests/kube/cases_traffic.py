@@ -85,14 +85,14 @@ class InPod:
                         lambda: self.lab.pod_exec(self.pod, "cat", self.rc_file, check=False).stdout.strip(),
                         step=10)
         # The read is an exec too, and its stream can be reset like the tool's: asked again.
-        out = wait_until(f"{what}: {self.out_file} read", 60, self._read_out, step=5)[1]
+        out = wait_until(f"{what}: {self.out_file} read", 60, self._read_out, step=5).stdout
         if rc != "0":
             raise Fail(f"{what}: exit {rc}{stream}: {out[-1500:]}")
         return out
 
     def _read_out(self):
         got = self.lab.pod_exec(self.pod, "cat", self.out_file, check=False)
-        return (True, got.stdout) if got.returncode == 0 else None
+        return got if got.returncode == 0 else None
 
 
 def listening(lab, pod, port):

@@ -104,8 +104,8 @@ pub fn read(path: &str) -> String {
 /// past DAD. Each case's veth is new, and its DAD (up to about 2 s under TCG) may still run. While
 /// the address is "tentative" the kernel has no local route to it, and a QP's move to RTR towards
 /// that GID fails: the kernel resolves a RoCE v2 GID's MAC through the IP stack
-/// (ib_resolve_unicast_gid_dmac). A CI run's ibv_rc_pingpong failed so: "Failed to modify QP to
-/// RTR".
+/// (ib_resolve_unicast_gid_dmac). A fresh machine's run of ibv_rc_pingpong failed so: "Failed to
+/// modify QP to RTR".
 pub fn wait_link_local_usable(netdev: &str) {
     let budget = Budget::Within {
         within: Duration::from_secs(10),
