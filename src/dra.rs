@@ -1,19 +1,23 @@
 //! `rdma-ns-dra`, the DRA driver (feature `dra`; nothing here reaches the CNI binary): a
 //! DaemonSet process on every RDMA node that
-//! - publishes the node's RDMA ports as a ResourceSlice ([`inventory`] → [`slices`]) and
-//!   republishes it within seconds of a change ([`events`]: rtnetlink, RDMA netlink, the
-//!   records directory);
+//! - publishes the node's RDMA ports as ResourceSlices ([`inventory`] → [`slices`] →
+//!   [`publisher`]) and republishes them within seconds of a change ([`events`]: rtnetlink, RDMA
+//!   netlink, the records directory);
 //! - is the kubelet's DRA plugin ([`plugin`]: registration, NodePrepareResources and
-//!   NodeUnprepareResources over [`claims`] and [`cdi`]; the health stream of [`health`]);
+//!   NodeUnprepareResources over [`claims`]; the health stream of [`health`]);
+//! - keeps each prepared claim's pods as its `reservedFor` says ([`pods`]);
 //! - writes each claim's `status.devices` from the attachment records the CNI writes
 //!   ([`status`]).
+//!
+//! Every call to the API server goes through [`api::DriverApi`], which the unit tests fake; the
+//! records the CNI and the driver share are `crate::records`. The binary is src/bin/rdma-ns-dra.rs.
 //!
 //! The CNI attaches the pod's device itself, synchronously, from the prepared-claim record
 //! (`attach::claim`): the driver never sits between the runtime and the pod's interface.
 //! Every loop derives what should exist from the kernel, the records and the API, each time
 //! ([`daemon`]): a restart loses nothing.
 
-pub mod cdi;
+pub mod api;
 pub mod claims;
 pub mod config;
 pub mod daemon;
@@ -21,8 +25,20 @@ pub mod events;
 pub mod health;
 pub mod inventory;
 pub mod plugin;
+pub mod pods;
+pub mod publisher;
 pub mod slices;
 pub mod status;
+
+/// Debug builds kill the driver at a named point (`RDMA_NS_TEST_KILL_AT`), as the CNI's steps
+/// do: the tests that kill it at every point of a prepare, unprepare or status write.
+pub(crate) fn kill_point(name: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("RDMA_NS_TEST_KILL_AT").is_ok_and(|v| v == name) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = name;
+}
 
 /// The kubelet's gRPC APIs, compiled from proto/ (k8s.io/kubelet v0.37.2) by build.rs.
 pub mod proto {

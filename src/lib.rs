@@ -44,5 +44,6 @@ pub mod nad;
 pub mod node;
 pub mod peers;
 pub mod qos;
+pub mod records;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -92,7 +92,10 @@ impl Drop for ApiServer {
 
 impl ApiServer {
     fn start(bin: PathBuf) -> ApiServer {
-        let dir = std::env::temp_dir().join(format!("rdma-ns-apiserver-{}", std::process::id()));
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("rdma-ns-apiserver-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         pki(&dir);
@@ -243,6 +246,12 @@ fn repo(p: &str) -> PathBuf {
 /// An attachment record as the CNI writes it for the claim's device (the frozen macvlan record
 /// of the record tests, its conf naming the claim), under the driver's data dir.
 fn write_attachment(data: &Path, uid: &str, device: &str) -> PathBuf {
+    write_attachment_of_share(data, uid, device, None)
+}
+
+/// [`write_attachment`] of a share of the device (consumable capacity): the CNI names it in
+/// `draDevice` as the prepared claim does.
+fn write_attachment_of_share(data: &Path, uid: &str, device: &str, share: Option<&str>) -> PathBuf {
     let text = std::fs::read_to_string(repo(
         "src/attach/testdata/records-schema-2/macvlan/c1:net1.json",
     ))
@@ -250,7 +259,7 @@ fn write_attachment(data: &Path, uid: &str, device: &str) -> PathBuf {
     let mut rec: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     rec["conf"] = json!({"cniVersion": "1.1.0", "name": "cn", "type": "rdma-ns", "dra": true,
         "draDevice": {"claim": {"namespace": "default", "name": "rdma", "uid": uid},
-                      "request": "rdma", "pool": "node-a", "device": device, "netdev": "ens1f0np0"}});
+                      "request": "rdma", "pool": "node-a", "device": device, "shareId": share, "netdev": "ens1f0np0"}});
     let dir = data.join("cn");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("c1:net1.json");
@@ -403,7 +412,12 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
     );
 
     // ADD (the record), then DEL (its removal), then a failed ADD: the claim's status follows.
-    let record = write_attachment(&dir.join("data"), &uid, "mlx5-0-p1");
+    let record = write_attachment_of_share(
+        &dir.join("data"),
+        &uid,
+        "mlx5-0-p1",
+        Some("2b7c9a40-0000-4000-8000-000000000001"),
+    );
     let claim_devices =
         || api.get(&["resourceclaim", "rdma", "-n", "default"])["status"]["devices"].clone();
     wait_for("Ready on the claim", || {
@@ -447,4 +461,255 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
         "a reconcile failed: {}",
         log()
     );
+}
+
+/// The driver of node `node` on fixture `fx`, its config and records under `dir`.
+fn start_driver(api: &ApiServer, node: &str, fx: &SysfsFixture, dir: &Path, log: &str) -> Child {
+    let cfg = json!({"dataDir": dir.join("data"), "cdiDir": dir.join("cdi"), "kubeletDir": dir.join("kubelet"), "resyncSeconds": 2});
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_rdma-ns-dra"))
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .args(["--node-name", node, "--log-level", "debug"])
+        .env("KUBECONFIG", api.kubeconfig())
+        .env("RDMA_NS_SYSFS_ROOT", fx.path())
+        .stderr(std::fs::File::create(api.dir.join(log)).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// NodePrepareResources (or NodeUnprepareResources) of claim default/rdma over `sock`, as the
+/// kubelet calls it; the claim's error, empty on success.
+async fn kubelet_call(sock: PathBuf, uid: &str, unprepare: bool) -> String {
+    use rdma_ns::dra::proto::dra_v1::NodeUnprepareResourcesRequest;
+    let channel = Endpoint::try_from("http://[::1]:1")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let sock = sock.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(sock).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let claims = vec![Claim {
+        namespace: "default".into(),
+        name: "rdma".into(),
+        uid: uid.into(),
+    }];
+    let mut client = DraPluginClient::new(channel);
+    if unprepare {
+        let r = client.node_unprepare_resources(NodeUnprepareResourcesRequest { claims });
+        r.await.unwrap().into_inner().claims[uid].error.clone()
+    } else {
+        let r = client.node_prepare_resources(NodePrepareResourcesRequest { claims });
+        r.await.unwrap().into_inner().claims[uid].error.clone()
+    }
+}
+
+/// Claim default/rdma allocated node-a's mlx5-0-p1, reserved for `pods`; its UID.
+fn allocated_claim(api: &ApiServer, pods: &[&str]) -> String {
+    let _ = api
+        .kubectl(&[
+            "delete",
+            "resourceclaim",
+            "rdma",
+            "-n",
+            "default",
+            "--ignore-not-found",
+        ])
+        .output();
+    api.create_json(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "rdma", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"deviceClassName": "rdma-ns-roce"}}]}}}));
+    let uid = api.get(&["resourceclaim", "rdma", "-n", "default"])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    set_reserved(api, pods);
+    uid
+}
+
+fn set_reserved(api: &ApiServer, pods: &[&str]) {
+    let reserved: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"resource": "pods", "name": p, "uid": p}))
+        .collect();
+    let status = json!({"status": {
+        "allocation": {"devices": {"results": [{"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1"}]},
+                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}},
+        "reservedFor": reserved}});
+    run(&mut api.kubectl(&[
+        "patch",
+        "resourceclaim",
+        "rdma",
+        "-n",
+        "default",
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        &status.to_string(),
+    ]));
+}
+
+/// Issue 39 against the real API server: a pod added to a prepared claim's reservedFor reaches
+/// its record (§4); status entries go when the attachment goes after unprepare, and a claim made
+/// again under the name gets none of the old one's (§8, the UID precondition as the server
+/// applies it); the admission policy refuses a driver pod another driver's slice (§1); a pool of
+/// 520 devices is five slices the server accepts (§7).
+#[tokio::test]
+async fn the_api_server_sees_shared_claims_cleared_status_own_slices_and_big_pools() {
+    let Some(bin) = kube_bin() else {
+        panic!("no kube-apiserver, etcd and kubectl in {}: build them with install/lab/build.sh kubernetes", lab_kube_dir().display());
+    };
+    let api = ApiServer::start(bin);
+    for f in ["deviceclasses.yaml", "rbac.yaml", "configmap.yaml"] {
+        api.apply(&repo("install/dra").join(f));
+    }
+    for node in ["node-a", "node-b"] {
+        api.create_json(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
+    }
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let dir = api.dir.join("node-a");
+    let mut driver = start_driver(&api, "node-a", &fx, &dir, "driver-a.log");
+    let log = || std::fs::read_to_string(api.dir.join("driver-a.log")).unwrap_or_default();
+    let sock = dir.join("kubelet/plugins/rdma-ns.io/dra.sock");
+    wait_for("node-a's slice", || {
+        api.kubectl(&["get", "resourceslice", "node-a.rdma-ns.io"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let claim_devices =
+        || api.get(&["resourceclaim", "rdma", "-n", "default"])["status"]["devices"].clone();
+    let no_entries = |v: Value| v.as_array().map_or(true, |a| a.is_empty());
+
+    // §4: the second pod of a shared claim reaches the record without a prepare.
+    let uid = allocated_claim(&api, &["pod-1"]);
+    assert_eq!(
+        kubelet_call(sock.clone(), &uid, false).await,
+        "",
+        "{}",
+        log()
+    );
+    let record = dir.join("data/_claims").join(format!("{uid}.json"));
+    let pods = || {
+        serde_json::from_slice::<Value>(&std::fs::read(&record).unwrap()).unwrap()["podUids"]
+            .clone()
+    };
+    set_reserved(&api, &["pod-1", "pod-2"]);
+    wait_for("pod-2 in the prepared claim's record", || {
+        pods() == json!(["pod-1", "pod-2"])
+    });
+
+    // §8: unprepare before DEL; the entry goes with the attachment.
+    let attachment = write_attachment(&dir.join("data"), &uid, "mlx5-0-p1");
+    wait_for("Ready on the claim", || {
+        claim_devices()[0]["conditions"][0]["status"] == "True"
+    });
+    assert_eq!(kubelet_call(sock.clone(), &uid, true).await, "");
+    std::fs::remove_file(&attachment).unwrap();
+    wait_for("the entry gone after unprepare then DEL", || {
+        no_entries(claim_devices())
+    });
+
+    // §8: the claim made again under its name while the old one is prepared with its pod's
+    // attachment, then a driver restart: the new claim gets nothing.
+    let old = allocated_claim(&api, &["pod-1"]);
+    assert_eq!(kubelet_call(sock.clone(), &old, false).await, "");
+    write_attachment(&dir.join("data"), &old, "mlx5-0-p1");
+    wait_for("Ready on the old claim", || {
+        claim_devices()[0]["conditions"][0]["status"] == "True"
+    });
+    let new = allocated_claim(&api, &["pod-3"]);
+    assert_ne!(new, old);
+    let _ = driver.kill();
+    let _ = driver.wait();
+    driver = start_driver(&api, "node-a", &fx, &dir, "driver-a2.log");
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        no_entries(claim_devices()),
+        "the new claim got the old one's entries: {}",
+        claim_devices()
+    );
+
+    // §1: a driver pod's credentials may not write another driver's slice on its node.
+    let slice = |driver: &str| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("node-a.{driver}-by-hand")},
+        "spec": {"driver": driver, "nodeName": "node-a", "pool": {"name": "node-a", "generation": 0, "resourceSliceCount": 1}, "devices": []}})
+    };
+    let as_driver = |body: &Value| {
+        let path = api.dir.join("slice.json");
+        std::fs::write(&path, body.to_string()).unwrap();
+        api.kubectl(&[
+            "create",
+            "--dry-run=server",
+            "--as",
+            "system:serviceaccount:kube-system:rdma-ns-dra",
+            "--as-user-extra",
+            "authentication.kubernetes.io/node-name=node-a",
+            "-f",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap()
+    };
+    let other = as_driver(&slice("gpu.example.com"));
+    assert!(
+        !other.status.success(),
+        "another driver's slice: {}",
+        String::from_utf8_lossy(&other.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&other.stderr)
+            .contains("may only write ResourceSlices of driver rdma-ns.io"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let own = as_driver(&slice("rdma-ns.io"));
+    assert!(
+        own.status.success(),
+        "its own driver's slice: {}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+
+    // §7: 8 PFs with 64 VFs each on node-b: five slices of one pool, as the server keeps them.
+    let big = SysfsFixture::new().unwrap();
+    big.roce_pfs_with_vfs(8, 64).unwrap();
+    big.write_attr("module/ib_core/parameters/netns_mode", "N")
+        .unwrap();
+    let mut driver_b = start_driver(
+        &api,
+        "node-b",
+        &big,
+        &api.dir.join("node-b"),
+        "driver-b.log",
+    );
+    let pool = || api.get(&["resourceslices", "--field-selector", "spec.nodeName=node-b"]);
+    wait_for("node-b's five slices", || {
+        pool()["items"].as_array().map_or(0, Vec::len) == 5
+    });
+    let items = pool()["items"].as_array().unwrap().clone();
+    let devices: usize = items
+        .iter()
+        .map(|s| s["spec"]["devices"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(devices, 520);
+    assert!(items
+        .iter()
+        .all(|s| s["spec"]["pool"]["resourceSliceCount"] == 5
+            && s["spec"]["pool"]["generation"] == 0));
+    for d in [&mut driver, &mut driver_b] {
+        let _ = d.kill();
+        let _ = d.wait();
+    }
+    let logs = std::fs::read_to_string(api.dir.join("driver-a2.log")).unwrap_or_default();
+    assert!(!logs.contains("reconcile:"), "a reconcile failed: {logs}");
 }

@@ -5,7 +5,12 @@
 //! - standalone: rdma-ns chained after the primary plugin in the runtime's own conflist
 //!   (`dra.ifname`, `dra.optional`), its result appended to the primary's, and a pod without a
 //!   claim passed through;
-//! - a pod without a prepared claim refused with code 122 and nothing made.
+//! - a pod without a prepared claim refused with code 122 and nothing made;
+//! - the claim's CDI spec, under the conf's `dra.cdiDir`, holding what ADD reported of the pod
+//!   and losing it at DEL;
+//! - GC of the standalone conflist through libcni's own GC (the lab's libcni-run, built by
+//!   install/lab/build.sh libcni), as a runtime calls it: valid attachments named by the
+//!   runtime's interface (eth0) keep their net1.
 //!
 //! The claim's device is a veth standing in for a RoCE netdev; the claim says macvlan.
 
@@ -35,6 +40,9 @@ fn prepare(data: &DataDir, netdev: &str) {
             .as_object()
             .unwrap()
             .clone(),
+        umad: false,
+        rail: None,
+        pods: Vec::new(),
     };
     let claim = PreparedClaim {
         claim: ClaimRef {
@@ -44,7 +52,7 @@ fn prepare(data: &DataDir, netdev: &str) {
         },
         pod_uids: vec![POD_UID.into()],
         devices: vec![device],
-        cdi_spec: None,
+        allocation: String::new(),
         written_by: None,
     };
     ClaimStore::new(std::path::Path::new(&data.state()))
@@ -52,7 +60,13 @@ fn prepare(data: &DataDir, netdev: &str) {
         .unwrap();
 }
 
+/// The conf of a DRA network: `dra` (true or an object) with the CDI dir under `data`.
 fn conf(data: &DataDir, dra: Value, address: &str) -> Value {
+    let mut dra = match dra {
+        Value::Bool(true) => json!({}),
+        other => other,
+    };
+    dra["cdiDir"] = cdi_dir(data).into();
     json!({
         "cniVersion": "1.0.0",
         "name": "rdma-dra",
@@ -61,6 +75,22 @@ fn conf(data: &DataDir, dra: Value, address: &str) -> Value {
         "dataDir": data.state(),
         "ipam": static_ipam(address),
     })
+}
+
+fn cdi_dir(data: &DataDir) -> String {
+    data.path().join("cdi").display().to_string()
+}
+
+/// The environment of the claim's CDI device, as the runtime will read it; None without a spec.
+fn spec_env(data: &DataDir) -> Option<Vec<String>> {
+    let path = std::path::Path::new(&cdi_dir(data)).join("rdma-ns.io-c1a1-uid.json");
+    let spec: Value = serde_json::from_slice(&std::fs::read(path).ok()?).unwrap();
+    let env = spec["devices"][0]["containerEdits"]["env"].as_array()?;
+    Some(
+        env.iter()
+            .map(|e| e.as_str().unwrap().to_string())
+            .collect(),
+    )
 }
 
 /// The attachment records under the data dir (the prepared claims' `_claims/` aside).
@@ -102,12 +132,26 @@ fn multus_attaches_the_claims_device_by_its_device_id() {
         text.contains("\"draDevice\"") && text.contains("c1a1-uid"),
         "{text}"
     );
+    let reported = || {
+        let claim: Value = serde_json::from_slice(
+            &std::fs::read(data.path().join("state/_claims/c1a1-uid.json")).unwrap(),
+        )
+        .unwrap();
+        claim["devices"][0]["pods"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(reported(), 1, "ADD reported the pod to its claim");
+    let env = spec_env(&data).expect("the claim's spec under dra.cdiDir");
+    assert!(
+        env.contains(&"RDMA_NS_DEVICE=roce-a".to_string()),
+        "{env:?}"
+    );
 
     let mut del = Call::new("DEL", "ctr-multus", &ns.path(), "net1");
     del.args = args(POD_UID);
     del.run(&c).ok();
     assert!(ns.link("net1").is_none());
     assert!(attachments(&data).is_empty());
+    assert_eq!(reported(), 0, "DEL took the report back");
     assert!(
         host_link(&veth.nic).is_some(),
         "the parent stays in the host"
@@ -207,4 +251,128 @@ fn a_pod_without_a_prepared_claim_gets_122_and_nothing_changes() {
     let mut del = Call::new("DEL", "ctr-none", &ns.path(), "net1");
     del.args = args(POD_UID);
     del.run(&c).ok();
+}
+
+/// libcni-run (tests/support/libcni), built by `install/lab/build.sh libcni` into the lab's
+/// cache (`$RDMA_NS_LAB_CACHE`, default ~/.cache/rdma-ns/lab, `bin/libcni-<version>`).
+fn libcni_run() -> std::path::PathBuf {
+    let versions =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/install/lab/versions"))
+            .unwrap();
+    let version = versions
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("libcni ")
+                .and_then(|r| r.split_whitespace().nth(1))
+        })
+        .expect("a libcni line in install/lab/versions");
+    let cache = std::env::var_os("RDMA_NS_LAB_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/rdma-ns/lab")
+        });
+    let bin = cache.join(format!("bin/libcni-{version}/libcni-run"));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with install/lab/build.sh libcni (tests/run.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// libcni-run `cmd` over `list` with `extra` flags; its stdout, or a failure with its stderr.
+fn libcni(data: &DataDir, list: &std::path::Path, cmd: &str, extra: &[&str]) -> String {
+    let plugin_dir = std::path::Path::new(PLUGIN)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let bin_dirs = format!("{plugin_dir}:{}/tests/support", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(libcni_run())
+        .arg(cmd)
+        .args([
+            "--conflist",
+            &list.display().to_string(),
+            "--bin-dir",
+            &bin_dirs,
+        ])
+        .args([
+            "--cache-dir",
+            &data.path().join("libcni-cache").display().to_string(),
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "libcni-run {cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// §6 of issue 39: GC of the standalone conflist (at cniVersion 1.1.0, where libcni sends GC)
+/// through libcni's GCNetworkList, as a runtime calls it: the runtime names its sandboxes'
+/// attachments by its interface (eth0), rdma-ns recorded net1. A live pod keeps its net1; an
+/// attachment the runtime does not list (left by a sandbox libcni never finished) is released;
+/// a GC without the pod releases it too.
+#[test]
+fn gc_through_libcni_keeps_every_attachment_the_runtime_lists() {
+    let veth = Veth::new();
+    let (live, stale) = (TestNetns::new(), TestNetns::new());
+    let data = DataDir::new();
+    prepare(&data, &veth.nic);
+    let mut entry = conf(
+        &data,
+        json!({"ifname": "net1", "optional": true}),
+        "10.81.0.2/24",
+    );
+    entry.as_object_mut().unwrap().remove("cniVersion");
+    entry.as_object_mut().unwrap().remove("name");
+    entry["ipam"] = test_ipam("10.81.0.2/24", &data);
+    let list = json!({"cniVersion": "1.1.0", "name": "k8s-pod-network", "plugins": [entry]});
+    let path = data.path().join("standalone.conflist");
+    std::fs::write(&path, list.to_string()).unwrap();
+    let uid = format!("K8S_POD_NAMESPACE=team;K8S_POD_NAME=trainer-0;K8S_POD_UID={POD_UID}");
+    let netns = live.path();
+    libcni(
+        &data,
+        &path,
+        "add",
+        &[
+            "--container",
+            "ctr-live",
+            "--netns",
+            &netns,
+            "--ifname",
+            "eth0",
+            "--args",
+            &uid,
+        ],
+    );
+    assert!(live.link("net1").is_some());
+    // An attachment whose sandbox the runtime no longer lists, which libcni never cached.
+    let mut leftover = list["plugins"][0].clone();
+    leftover["cniVersion"] = "1.1.0".into();
+    leftover["name"] = "k8s-pod-network".into();
+    let mut add = Call::new("ADD", "ctr-stale", &stale.path(), "eth0");
+    add.args = args(POD_UID);
+    add.run(&leftover).ok();
+    assert!(stale.link("net1").is_some());
+
+    libcni(&data, &path, "gc", &["--valid", "ctr-live/eth0"]);
+    assert!(
+        live.link("net1").is_some(),
+        "GC released the live pod's net1"
+    );
+    assert!(
+        stale.link("net1").is_none(),
+        "GC kept an attachment no sandbox has"
+    );
+    assert_eq!(attachments(&data).len(), 1);
+
+    libcni(&data, &path, "gc", &[]);
+    assert!(live.link("net1").is_none());
+    assert!(attachments(&data).is_empty());
 }

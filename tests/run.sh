@@ -218,13 +218,14 @@ fi
 
 # The lab's components, built from the Go module proxy at install/lab/versions' pins (cached by
 # version: a second run builds nothing). The root tier needs Kubernetes and etcd
-# (dra_apiserver), the kube tier all of them; its time is the cold build's share of a fresh run.
+# (dra_apiserver) and libcni's harness (dra_attach), the kube tier all of them; its time is the
+# cold build's share of a fresh run.
 if [ ! -f "$LAB_BUILD" ]; then
   fail_tier lab-build "$LAB_BUILD is missing"
 elif [ "$run_kube" != none ]; then
   run_tier lab-build exit bash "$LAB_BUILD"
 else
-  run_tier lab-build exit bash "$LAB_BUILD" kubernetes
+  run_tier lab-build exit bash "$LAB_BUILD" kubernetes libcni
 fi
 
 if [ "${#root_missing[@]}" -gt 0 ]; then

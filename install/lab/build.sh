@@ -158,6 +158,16 @@ build_nfd() {
     cp -r "$src/deployment" "$out/"
 }
 
+# libcni-run (tests/support/libcni): libcni's ADD, DEL and GC of a conflist, as runtimes call
+# them, for the root tier (tests/dra_attach.rs).
+build_libcni() {
+    local out=$1 v src=$LAB_REPO/tests/support/libcni
+    v=$(lab_version libcni)
+    grep -q "github.com/containernetworking/cni $v\$" "$src/go.mod" ||
+        die "tests/support/libcni/go.mod does not require github.com/containernetworking/cni $v"
+    go build -C "$src" -mod=readonly -trimpath -ldflags "-s -w" -o "$out/libcni-run" .
+}
+
 # The stamp: the component's recipe (its build function, as bash prints it) and what went into
 # the build (the version, the Go version, and for kubernetes its go.mod, go.sum and main.go), so
 # a changed pin or recipe rebuilds that component and nothing else does.
@@ -166,6 +176,7 @@ stamp_of() {
     declare -f "build_${name//-/_}" | sha256sum
     printf '%s %s %s\n' "$name" "$(lab_version "$name")" "$(go env GOVERSION)"
     [[ $name != kubernetes ]] || cat "$LAB_DIR/kube/go.mod" "$LAB_DIR/kube/go.sum" "$LAB_DIR/kube/main.go" | sha256sum
+    [[ $name != libcni ]] || cat "$LAB_REPO/tests/support/libcni/"{go.mod,go.sum,main.go} | sha256sum
 }
 
 build_one() {

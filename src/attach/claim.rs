@@ -1,294 +1,73 @@
-//! DRA claims prepared on this node, as the driver (`rdma-ns-dra`, feature `dra`) records them
-//! and the CNI reads them: the one format both sides share, with no dependency beyond serde.
+//! The CNI's side of DRA: an ADD of a DRA network finds the pod's prepared claim (records/
+//! claim.rs, written by the driver `rdma-ns-dra`) and its device, applies the claim's attach
+//! settings (the mode and what the DeviceClass or claim config says) over the conf, and names
+//! the device to the selectors (`draDevice`, see select.rs).
 //!
-//! The driver's NodePrepareResources writes one record per claim under the data dir
-//! (`_claims/<claim UID>.json`, beside the attachment records: `_` starts no network name, so
-//! no network's directory is ever taken for it), atomically and under the claim's lock and the
-//! lock of each device's key (the keys the CNI locks the same devices by); NodeUnprepareResources
-//! removes it. The CNI, asked to attach a pod's claim (conf `dra`, or Multus passing a device's
-//! `k8s.cni.cncf.io/deviceID`, `rdma-ns:<device>`), finds the one prepared device of the pod
-//! (K8S_POD_UID in CNI_ARGS) here, applies the claim's attach settings (the mode and what the
-//! DeviceClass or claim config says) over the conf, and names the device to the selectors
-//! (`draDevice`, see select.rs). The driver learns of the ADD from the attachment record, whose
-//! `conf.draDevice` names the claim; a failed ADD leaves `_claims/<claim UID>.add-error.json`.
+//! Which claims are the pod's: those whose record lists the pod (K8S_POD_UID in CNI_ARGS), or
+//! that the kubelet's own DRA checkpoint lists for it ([`kubelet`]). The driver writes the pods
+//! a claim is reserved for at prepare and again when the claim's `reservedFor` changes, but
+//! the kubelet prepares a claim once per node: a second pod that shares it is only added to
+//! the kubelet's checkpoint, before its sandbox (and so this ADD) is made. The checkpoint
+//! makes that pod's ADD independent of how soon the driver sees the claim change.
+//!
+//! After the attach, [`report`] tells the claim what the pod got (its device nodes and
+//! variables) for the claim's CDI spec; DEL takes it back. The driver learns of the ADD from
+//! the attachment record, whose `conf.draDevice` names the claim; a failed ADD leaves
+//! `_claims/<claim UID>.add-error.json`.
 
-pub mod pod_cdi;
+pub mod kubelet;
+pub mod report;
 
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+pub use crate::records::claim::{
+    is_attach_field, AddFailure, ClaimRef, ClaimStore, DraDevice, PreparedClaim, PreparedDevice,
+    DEVICE_ID_PREFIX,
+};
 
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
 
-/// The data dir's subdirectory of prepared claims.
-pub const CLAIMS_DIR: &str = "_claims";
-
-/// The prefix of the `k8s.cni.cncf.io/deviceID` attribute the driver publishes: Multus passes
-/// the attribute's value to the CNI as `deviceID` (multus-cni#1492).
-pub const DEVICE_ID_PREFIX: &str = "rdma-ns:";
-
-/// The conf fields a claim's attach settings may set (from the DeviceClass's or the claim's
-/// opaque config for the driver): how the device is attached, never where records or logs go.
-pub const ATTACH_FIELDS: &[&str] = &[
-    "mode",
-    "softRoce",
-    "mtu",
-    "rdma",
-    "macvlanMode",
-    "pkey",
-    "ipoibMode",
-    "umcast",
-    "rail",
-    "devicePermissions",
-];
-
 /// The conf fields that name a device: a DRA network's device comes from its claim, so these
 /// are refused beside it.
 const STATIC_SELECTORS: &[&str] = &["device", "master", "hwaddr", "kernelpath", "rdmaDevice"];
-
-/// A ResourceClaim by namespace, name and UID.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClaimRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-impl std::fmt::Display for ClaimRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{} (uid {})", self.namespace, self.name, self.uid)
-    }
-}
-
-/// One device of a prepared claim: what the scheduler allocated and what it is on the node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PreparedDevice {
-    /// The claim's request this device was allocated for.
-    pub request: String,
-    pub pool: String,
-    /// The device's name in the ResourceSlice.
-    pub device: String,
-    /// The allocation's share of a device that allows several (consumable capacity).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_id: Option<String>,
-    /// `roce`, `ipoib` or `soft-roce`.
-    pub kind: String,
-    /// The host netdev the attachment starts from (moved, or the parent of a child).
-    pub netdev: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ibdev: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci_address: Option<String>,
-    /// The device-lock key the CNI takes for this device (`pci-…` or `mac-…`).
-    pub lock_key: String,
-    /// The CDI device IDs the kubelet passes to the runtime.
-    #[serde(default)]
-    pub cdi_device_ids: Vec<String>,
-    /// Conf fields of [`ATTACH_FIELDS`] the attachment gets (class config, then claim config).
-    #[serde(default)]
-    pub attach: serde_json::Map<String, serde_json::Value>,
-}
-
-/// A claim prepared on this node: the record NodePrepareResources writes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PreparedClaim {
-    pub claim: ClaimRef,
-    /// The pods the claim is reserved for (`status.reservedFor`) when it was prepared.
-    #[serde(default)]
-    pub pod_uids: Vec<String>,
-    pub devices: Vec<PreparedDevice>,
-    /// The CDI spec file written for the claim.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cdi_spec: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub written_by: Option<String>,
-}
-
-/// What a failed ADD of a claim's device left for the driver to show on the claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AddFailure {
-    pub container_id: String,
-    pub ifname: String,
-    pub device: String,
-    pub code: u32,
-    pub message: String,
-}
-
-/// The device an ADD attaches, named to the selectors in the conf as `draDevice`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DraDevice {
-    pub claim: ClaimRef,
-    pub request: String,
-    pub pool: String,
-    pub device: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_id: Option<String>,
-    pub netdev: String,
-}
-
-/// The lock key of claim `uid` (`locks/claim-<uid>.lock`), which the DRA driver holds while
-/// it prepares or unprepares the claim.
-pub fn claim_lock_key(uid: &str) -> String {
-    format!("claim-{uid}")
-}
-
-/// The prepared claims of a data dir.
-#[derive(Debug, Clone)]
-pub struct ClaimStore {
-    dir: PathBuf,
-}
-
-impl ClaimStore {
-    /// The claims under data dir `data_dir`.
-    pub fn new(data_dir: &Path) -> ClaimStore {
-        ClaimStore {
-            dir: data_dir.join(CLAIMS_DIR),
-        }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self, uid: &str, suffix: &str) -> Result<PathBuf> {
-        let plain = !uid.is_empty()
-            && uid.len() <= 128
-            && uid
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !plain {
-            return Err(Error::State(format!(
-                "claim UID {uid:?} cannot name a file: want letters, digits, - and _"
-            )));
-        }
-        Ok(self.dir.join(format!("{uid}{suffix}")))
-    }
-
-    /// Writes `claim`'s record atomically and durably (the directory created 0700).
-    pub fn save(&self, claim: &PreparedClaim) -> Result<()> {
-        let path = self.path(&claim.claim.uid, ".json")?;
-        self.write(&path, claim)
-    }
-
-    fn write<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
-        let what = || format!("writing {}", path.display());
-        let bytes =
-            serde_json::to_vec(value).map_err(|e| Error::State(format!("{}: {e}", what())))?;
-        let data_dir = self.dir.parent().unwrap_or(Path::new("/"));
-        crate::attach::store::Store::new(data_dir).ensure_dir(Some(CLAIMS_DIR))?;
-        // A write killed mid-way left its temp file: the next write of the same file clears it.
-        crate::attach::store::remove_stale_temps(path);
-        crate::attach::store::write_atomic(path, &bytes, 0o600).map_err(|e| Error::io(what(), e))
-    }
-
-    /// The record of claim `uid`; None when it is not prepared.
-    pub fn load(&self, uid: &str) -> Result<Option<PreparedClaim>> {
-        read_json(&self.path(uid, ".json")?)
-    }
-
-    /// Removes claim `uid`'s record and what its ADDs left; gone already is no error.
-    pub fn remove(&self, uid: &str) -> Result<()> {
-        for suffix in [".json", ADD_ERROR_SUFFIX] {
-            let path = self.path(uid, suffix)?;
-            crate::attach::store::remove_stale_temps(&path);
-            match fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(Error::io(format!("removing {}", path.display()), e))
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Every prepared claim, and the records that could not be read.
-    pub fn list(&self) -> (Vec<PreparedClaim>, Vec<Error>) {
-        let mut claims = Vec::new();
-        let mut errors = Vec::new();
-        let names = match crate::kernel::sysfs::list_names(&self.dir) {
-            Ok(n) => n,
-            Err(e) => {
-                return (
-                    claims,
-                    vec![Error::io(format!("listing {}", self.dir.display()), e)],
-                )
-            }
-        };
-        for name in names {
-            let is_claim = name.ends_with(".json") && !name.ends_with(ADD_ERROR_SUFFIX);
-            if !is_claim || name.starts_with('.') {
-                continue;
-            }
-            match read_json::<PreparedClaim>(&self.dir.join(&name)) {
-                Ok(Some(c)) => claims.push(c),
-                Ok(None) => {}
-                Err(e) => errors.push(e),
-            }
-        }
-        (claims, errors)
-    }
-
-    /// Records the failure of an ADD of claim `uid`'s device, for the driver's status.
-    pub fn record_add_failure(&self, uid: &str, failure: &AddFailure) -> Result<()> {
-        let path = self.path(uid, ADD_ERROR_SUFFIX)?;
-        self.write(&path, failure)
-    }
-
-    /// Clears a recorded ADD failure of claim `uid` (an ADD that succeeded since).
-    pub fn clear_add_failure(&self, uid: &str) -> Result<()> {
-        let path = self.path(uid, ADD_ERROR_SUFFIX)?;
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(Error::io(format!("removing {}", path.display()), e))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// The failure recorded for claim `uid`, if any.
-    pub fn add_failure(&self, uid: &str) -> Result<Option<AddFailure>> {
-        read_json(&self.path(uid, ADD_ERROR_SUFFIX)?)
-    }
-}
-
-const ADD_ERROR_SUFFIX: &str = ".add-error.json";
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            Error::State(format!(
-                "prepared-claim record {} is unreadable: {e}; the driver rewrites it on the \
-                 kubelet's next NodePrepareResources",
-                path.display()
-            ))
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
-    }
-}
 
 /// What the conf asks of DRA: `dra` is true, or an object with
 /// - `request`: the claim request whose device to take when the pod's claims hold several;
 /// - `ifname`: the pod interface's name when rdma-ns runs chained after the pod's primary
 ///   plugin in the runtime's own conflist (no Multus: CNI_IFNAME is then the primary's, `eth0`);
 /// - `optional`: a pod without a prepared claim passes through with the previous plugin's
-///   result (every pod of the node runs that conflist, most without an RDMA claim).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+///   result (every pod of the node runs that conflist, most without an RDMA claim);
+/// - `cdiDir` (`/var/run/cdi`) and `kubeletDir` (`/var/lib/kubelet`): where the driver's CDI
+///   specs and the kubelet's checkpoint are. The CNI takes no path from a record the driver
+///   wrote: the driver runs with fewer privileges than the CNI.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraConf {
     pub enabled: bool,
     pub request: Option<String>,
     pub ifname: Option<String>,
     pub optional: bool,
+    pub cdi_dir: PathBuf,
+    pub kubelet_dir: PathBuf,
+}
+
+/// The kubelet's root directory unless `dra.kubeletDir` says otherwise.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
+impl Default for DraConf {
+    fn default() -> DraConf {
+        DraConf {
+            enabled: false,
+            request: None,
+            ifname: None,
+            optional: false,
+            cdi_dir: crate::records::cdi::DEFAULT_CDI_DIR.into(),
+            kubelet_dir: DEFAULT_KUBELET_DIR.into(),
+        }
+    }
 }
 
 impl DraConf {
@@ -297,27 +76,28 @@ impl DraConf {
         struct Fields {
             dra: Option<serde_json::Value>,
         }
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
+        #[derive(Deserialize, Default)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
         struct Object {
             request: Option<String>,
             ifname: Option<String>,
             #[serde(default)]
             optional: bool,
+            cdi_dir: Option<String>,
+            kubelet_dir: Option<String>,
         }
         let o = match conf.fields::<Fields>()?.dra {
             None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {
                 return Ok(DraConf::default())
             }
-            Some(serde_json::Value::Bool(true)) => Object {
-                request: None,
-                ifname: None,
-                optional: false,
-            },
+            Some(serde_json::Value::Bool(true)) => Object::default(),
             Some(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).map_err(|e| {
                 Error::config(
                     "dra",
-                    format!("{e}; want true or {{\"request\", \"ifname\", \"optional\"}}"),
+                    format!(
+                        "{e}; want true or {{\"request\", \"ifname\", \"optional\", \"cdiDir\", \
+                         \"kubeletDir\"}}"
+                    ),
                 )
             })?,
             Some(other) => {
@@ -328,25 +108,47 @@ impl DraConf {
             }
         };
         if let Some(name) = &o.ifname {
-            let ok = !name.is_empty()
-                && name.len() <= 15
-                && !name.contains(['/', ':', '\0'])
-                && !name.contains(char::is_whitespace)
-                && name != "."
-                && name != "..";
-            if !ok {
-                return Err(Error::config(
-                    "dra.ifname",
-                    format!("{name:?} is not a valid interface name (1 to 15 characters, no /, : or spaces)"),
-                ));
-            }
+            check_ifname(name)?;
         }
+        let defaults = DraConf::default();
         Ok(DraConf {
             enabled: true,
             request: o.request,
             ifname: o.ifname,
             optional: o.optional,
+            cdi_dir: plain_dir("dra.cdiDir", o.cdi_dir)?.unwrap_or(defaults.cdi_dir),
+            kubelet_dir: plain_dir("dra.kubeletDir", o.kubelet_dir)?
+                .unwrap_or(defaults.kubelet_dir),
         })
+    }
+}
+
+fn check_ifname(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && !name.contains(['/', ':', '\0'])
+        && !name.contains(char::is_whitespace)
+        && name != "."
+        && name != "..";
+    if !ok {
+        return Err(Error::config(
+            "dra.ifname",
+            format!(
+                "{name:?} is not a valid interface name (1 to 15 characters, no /, : or spaces)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A directory field: an absolute path without `..` (the root plugin writes under it).
+fn plain_dir(field: &str, value: Option<String>) -> Result<Option<PathBuf>> {
+    match value {
+        Some(v) if !crate::log::is_plain_absolute(&v) => Err(Error::config(
+            field,
+            format!("{v:?}: want an absolute path without `..`"),
+        )),
+        other => Ok(other.map(PathBuf::from)),
     }
 }
 
@@ -404,7 +206,14 @@ pub fn resolve_add(req: &Request, store: &ClaimStore) -> Result<Option<(Request,
                 .into(),
         });
     }
-    let (claim, device) = find_device(store, pod_uid, wanted, dra.request.as_deref())?;
+    let kubelet_claims = pod_uid.map(|uid| kubelet::claims_of_pod(&dra.kubelet_dir, uid));
+    let ask = Ask {
+        pod_uid,
+        kubelet_claims: kubelet_claims.as_deref().unwrap_or_default(),
+        wanted,
+        request: dra.request.as_deref(),
+    };
+    let (claim, device) = find_device(store, &ask)?;
     let dra_device = DraDevice {
         claim: claim.claim.clone(),
         request: device.request.clone(),
@@ -417,29 +226,43 @@ pub fn resolve_add(req: &Request, store: &ClaimStore) -> Result<Option<(Request,
     Ok(Some((applied, dra_device)))
 }
 
-/// The one prepared device of the pod: of a claim reserved for `pod_uid` (when known), named
+/// What ADD looks for among the prepared claims.
+struct Ask<'a> {
+    /// K8S_POD_UID, when the runtime passed it.
+    pod_uid: Option<&'a str>,
+    /// The claims the kubelet's checkpoint lists for the pod.
+    kubelet_claims: &'a [String],
+    /// The device Multus named (`rdma-ns:<device>`).
+    wanted: Option<&'a str>,
+    /// Conf `dra.request`.
+    request: Option<&'a str>,
+}
+
+impl Ask<'_> {
+    /// Whether `claim` is one of the pod's: its record lists the pod, or the kubelet does.
+    fn is_pods(&self, claim: &PreparedClaim) -> bool {
+        let Some(uid) = self.pod_uid else {
+            return true;
+        };
+        claim.pod_uids.iter().any(|p| p == uid) || self.kubelet_claims.contains(&claim.claim.uid)
+    }
+}
+
+/// The one prepared device of the pod: of a claim that is the pod's (when it is known), named
 /// `wanted` (when Multus named one), of request `request` (when the conf names one).
-fn find_device(
-    store: &ClaimStore,
-    pod_uid: Option<&str>,
-    wanted: Option<&str>,
-    request: Option<&str>,
-) -> Result<(PreparedClaim, PreparedDevice)> {
+fn find_device(store: &ClaimStore, ask: &Ask<'_>) -> Result<(PreparedClaim, PreparedDevice)> {
     let (claims, unreadable) = store.list();
     let mut found: Vec<(PreparedClaim, PreparedDevice)> = Vec::new();
-    for claim in &claims {
-        if pod_uid.is_some_and(|uid| !claim.pod_uids.iter().any(|p| p == uid)) {
-            continue;
-        }
+    for claim in claims.iter().filter(|c| ask.is_pods(c)) {
         for d in &claim.devices {
-            let named = wanted.map_or(true, |w| d.device == w);
-            let of_request = request.map_or(true, |r| d.request == r);
+            let named = ask.wanted.map_or(true, |w| d.device == w);
+            let of_request = ask.request.map_or(true, |r| d.request == r);
             if named && of_request {
                 found.push((claim.clone(), d.clone()));
             }
         }
     }
-    let asked = describe_ask(pod_uid, wanted, request);
+    let asked = describe_ask(ask.pod_uid, ask.wanted, ask.request);
     match found.len() {
         1 => Ok(found.pop().unwrap()),
         0 => {
@@ -503,7 +326,7 @@ fn apply(req: &Request, device: &PreparedDevice, dra: &DraDevice) -> Result<Requ
         ));
     }
     for (k, v) in &device.attach {
-        if ATTACH_FIELDS.contains(&k.as_str()) {
+        if is_attach_field(k) {
             obj.insert(k.clone(), v.clone());
         }
     }
@@ -526,29 +349,4 @@ pub fn dra_device(conf: &NetConf) -> Result<Option<DraDevice>> {
         dra_device: Option<DraDevice>,
     }
     Ok(conf.fields::<Fields>()?.dra_device)
-}
-
-/// The claim device of an attachment record's conf, for the driver's status.
-pub fn dra_device_of_record(conf: Option<&serde_json::Value>) -> Option<DraDevice> {
-    serde_json::from_value(conf?.get("draDevice")?.clone()).ok()
-}
-
-/// After a successful ADD of claim device `dra`: the pod's own ib devices (a Soft-RoCE device
-/// the ADD made, recorded under `steps.softRoce`) into the claim's CDI spec, so the containers
-/// get their uverbs node. A claim whose device made none changes nothing.
-pub fn publish_pod_devices(
-    sys: &crate::kernel::sysfs::SysRoot,
-    claims: &ClaimStore,
-    att: &crate::attach::record::Attachment,
-    dra: &DraDevice,
-) -> Result<()> {
-    let soft: Option<serde_json::Value> = att.steps.get("softRoce").ok().flatten();
-    let Some(ibdev) = soft.as_ref().and_then(|s| s["ibdev"].as_str()) else {
-        return Ok(());
-    };
-    let Some(spec) = claims.load(&dra.claim.uid)?.and_then(|c| c.cdi_spec) else {
-        return Ok(());
-    };
-    let cdi_device = format!("{}-{}", dra.claim.uid, dra.device);
-    pod_cdi::add_pod_ib_devices(sys, Path::new(&spec), &cdi_device, &[ibdev.to_string()])
 }

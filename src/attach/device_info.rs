@@ -329,7 +329,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
                 e,
             )
         })?;
-    crate::attach::store::write_atomic(path, &json, 0o444)
+    crate::records::atomic::write_atomic(path, &json, 0o444)
         .map_err(|e| Error::io(format!("writing device-info file {}", path.display()), e))
 }
 
@@ -337,7 +337,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
 pub fn remove(path: &Path) -> Result<()> {
     check_on_disk(path)?;
     // A write killed midway leaves its temp file beside.
-    crate::attach::store::remove_stale_temps(path);
+    crate::records::atomic::remove_stale_temps(path);
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

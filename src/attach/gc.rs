@@ -1,4 +1,9 @@
 //! GC: releases every attachment of a network that the runtime no longer lists as valid.
+//!
+//! The runtime lists attachments by its own interface name. A conf chained in the runtime's
+//! conflist with `dra.ifname` (conf/dra/standalone.conflist) attaches under that name instead
+//! (every command goes through `claim::for_interface`), so there a valid entry of a container
+//! keeps the container's attachment of that name: libcni sends `eth0`, the record says `net1`.
 
 use crate::attach::Ctx;
 use crate::cni::Request;
@@ -9,11 +14,13 @@ use crate::error::{Error, Result};
 /// (`Store::sweep`). Keeps going on errors and reports them all.
 pub fn gc(ctx: &Ctx<'_>, req: &Request, lock_timeout: std::time::Duration) -> Result<()> {
     let valid = &req.conf.valid_attachments;
+    let chained_as = crate::attach::claim::DraConf::from_conf(&req.conf)?.ifname;
     let (attachments, mut errors) = ctx.store.list(&req.conf.name)?;
     for att in attachments {
-        let keep = valid
-            .iter()
-            .any(|v| v.container_id == att.container_id && v.ifname == att.ifname);
+        let keep = valid.iter().any(|v| {
+            let ifname = chained_as.as_deref().unwrap_or(&v.ifname);
+            v.container_id == att.container_id && ifname == att.ifname
+        });
         if keep {
             continue;
         }

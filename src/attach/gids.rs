@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+pub use crate::records::attachment::{GidRecord, GidView};
 
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
@@ -88,18 +88,6 @@ fn wait_in_view(
 /// Default bound on the wait for the kernel to add the pod's GIDs.
 pub const DEFAULT_GID_TIMEOUT_MS: u64 = 3_000;
 
-/// One pod IP's GID, as ADD recorded it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct GidRecord {
-    pub ip: IpAddr,
-    pub ibdev: String,
-    pub port: u32,
-    pub index: u32,
-    /// `RoCE v2` or `IB/RoCE v1`.
-    pub gid_type: String,
-}
-
 /// Polls `sys` until every IP in `ips` has a GID on one of `ports` (ib device, port) whose
 /// netdev is `ndev`, or until `timeout`. Each IP takes the first port that has it; each GID
 /// found is logged, for the operator matching NCCL_IB_GID_INDEX by hand.
@@ -168,17 +156,6 @@ pub fn wait_for_gids(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }
-}
-
-/// Where the GIDs of a pod interface are read: the host's sysfs (shared netns mode: the ib
-/// device stays in the host and lists the pod netdev's GIDs by its pod name), or a sysfs mounted
-/// inside the pod netns (exclusive mode: the ib device moved there and vanished from the host's
-/// /sys). A fixture root set for tests (RDMA_NS_SYSFS_ROOT) stands for both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GidView {
-    Host,
-    Pod,
 }
 
 /// Where the pod IPs' RoCE GIDs show: the RoCE ports (ib device, port) and the sysfs that

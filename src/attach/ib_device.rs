@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+pub use crate::records::attachment::RdmaRecord;
 
 use crate::error::KernelContext;
 use crate::error::{Error, Result};
@@ -43,21 +43,6 @@ impl RdmaConf {
             }),
         }
     }
-}
-
-/// The ib device moved with an attachment, as recorded for DEL and CHECK.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct RdmaRecord {
-    pub ibdev: String,
-    /// NLDEV device index (stable across netns moves).
-    pub index: u32,
-    pub port: u32,
-    /// Link layer InfiniBand: the kernel re-creates the device's IPoIB netdevs in the target
-    /// netns on every move, so the netdev is found again by its port GID (address bytes 4-19).
-    pub infiniband: bool,
-    /// How the driver is named in messages (`mlx5_core`, `rdma_rxe`).
-    pub driver: String,
 }
 
 /// Decides whether ADD moves an ib device along with `netdev`, per conf `rdma` and the

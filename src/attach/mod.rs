@@ -10,7 +10,6 @@ pub mod gids;
 pub mod ib_device;
 pub mod ipam;
 pub mod lifecycle;
-mod lock_file;
 pub mod modes;
 pub mod operations;
 pub mod permissions;
@@ -160,31 +159,38 @@ impl Plugin for RdmaNs {
                 Some(prev) if wanted.ifname.is_some() => claim::chain_results(prev, ours),
                 _ => ours,
             });
-        // What the driver shows on the claim (status.devices conditions); the attachment
-        // record itself tells it of a success.
-        let noted = match &added {
-            Ok(_) => self
-                .publish_pod_devices(&req, &claims, &dra)
-                .and_then(|()| claims.clear_add_failure(&dra.claim.uid)),
-            Err(e) => claims.record_add_failure(
-                &dra.claim.uid,
-                &claim::AddFailure {
+        match &added {
+            // What the pod's containers get through the claim's CDI spec: a failure here
+            // would leave them without their device, so ADD fails (and is rolled back).
+            Ok(_) => {
+                if let Err(e) = self.report_to_claim(&req, &wanted, &dra) {
+                    return Err(self.undo_add(&req, e));
+                }
+                if let Err(e) = claims.clear_add_failure(&dra.claim.uid) {
+                    crate::log_warn!("claim {}: {e}", dra.claim);
+                }
+            }
+            // What the driver shows on the claim (status.devices conditions).
+            Err(e) => {
+                let failure = claim::AddFailure {
                     container_id: req.env.container_id.clone(),
                     ifname: req.env.ifname.clone(),
                     device: dra.device.clone(),
                     code: e.code(),
                     message: e.to_string(),
-                },
-            ),
-        };
-        if let Err(e) = noted {
-            crate::log_warn!("claim {}: {e}", dra.claim);
+                };
+                if let Err(e) = claims.record_add_failure(&dra.claim.uid, &failure) {
+                    crate::log_warn!("claim {}: {e}", dra.claim);
+                }
+            }
         }
         added
     }
 
     fn del(&self, req: &Request) -> Result<()> {
-        let req = &claim::for_interface(req, &claim::DraConf::from_conf(&req.conf)?);
+        let wanted = claim::DraConf::from_conf(&req.conf)?;
+        let req = &claim::for_interface(req, &wanted);
+        self.unreport_from_claim(req, &wanted)?;
         self.with_ctx(req, |ctx, pc| lifecycle::del(ctx, req, pc))
     }
 
@@ -203,20 +209,59 @@ impl Plugin for RdmaNs {
 }
 
 impl RdmaNs {
-    /// The pod's own ib device (softRoce) into its claim's CDI spec (claim.rs), from the
-    /// attachment record the ADD just wrote.
-    fn publish_pod_devices(
+    /// What the pod got with the attachment ADD just recorded, into its claim's CDI spec
+    /// (claim/report.rs).
+    fn report_to_claim(
         &self,
         req: &Request,
-        claims: &claim::ClaimStore,
+        wanted: &claim::DraConf,
         dra: &claim::DraDevice,
     ) -> Result<()> {
-        let store = Store::new(config::data_dir(&req.conf)?);
+        let data_dir = config::data_dir(&req.conf)?;
+        let store = Store::new(&data_dir);
         let env = &req.env;
         let Some(att) = store.load(&req.conf.name, &env.container_id, &env.ifname)? else {
             return Ok(());
         };
-        claim::publish_pod_devices(&SysRoot::from_env(), claims, &att, dra)
+        let dirs = claim::report::ClaimDirs {
+            data_dir: &data_dir,
+            cdi_dir: &wanted.cdi_dir,
+        };
+        claim::report::report_add(&SysRoot::from_env(), &dirs, &att, dra, &[])
+    }
+
+    /// Before DEL: the attachment's report out of its claim's CDI spec, if it has one.
+    fn unreport_from_claim(&self, req: &Request, wanted: &claim::DraConf) -> Result<()> {
+        let data_dir = config::data_dir(&req.conf)?;
+        let env = &req.env;
+        let Ok(Some(att)) =
+            Store::new(&data_dir).load(&req.conf.name, &env.container_id, &env.ifname)
+        else {
+            // No record (or an unreadable one, which DEL itself reports): nothing reported.
+            return Ok(());
+        };
+        let dirs = claim::report::ClaimDirs {
+            data_dir: &data_dir,
+            cdi_dir: &wanted.cdi_dir,
+        };
+        claim::report::report_del(&SysRoot::from_env(), &dirs, &att)
+    }
+
+    /// A DEL of the attachment an ADD just made, after what followed it failed with `e`: the
+    /// host goes back to how it was, and `e` is the answer (with the DEL's failure, if any).
+    fn undo_add(&self, req: &Request, e: Error) -> Error {
+        let del = Request {
+            env: crate::cni::CniEnv {
+                command: crate::cni::Command::Del,
+                ..req.env.clone()
+            },
+            conf: req.conf.clone(),
+            stdin: req.stdin.clone(),
+        };
+        match self.with_ctx(&del, |ctx, pc| lifecycle::del(ctx, &del, pc)) {
+            Ok(()) => e,
+            Err(undo) => Error::State(format!("{e}; undoing the ADD failed too: {undo}")),
+        }
     }
 
     /// ADD once the device is known: a DRA network's request carries its claim's device.

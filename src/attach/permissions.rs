@@ -33,6 +33,8 @@
 //! ([`LOCK_KEY`]), and so must reading the other records and `restore`, or two attachments can
 //! each record the other's mode as the original.
 
+pub use crate::records::attachment::PermChange;
+
 use crate::attach::plan::Plan;
 use crate::attach::record::Attachment;
 use crate::attach::steps::{PodSide, Step, StepAdd};
@@ -43,7 +45,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cni::NetConf;
@@ -93,21 +95,6 @@ impl DevicePermissions {
     pub fn is_empty(&self) -> bool {
         MODE_KEYS.iter().all(|(_, k)| self.mode_for(*k).is_none())
     }
-}
-
-/// One node's change, as stored in the attachment record: enough for DEL to put it back and to
-/// recognize the node (a re-created device gets another number).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PermChange {
-    pub path: PathBuf,
-    /// The sysfs `dev` value, (major, minor).
-    pub rdev: (u32, u32),
-    /// Mode bits (`& 0o7777`) before any attachment changed the node.
-    pub old_mode: u32,
-    pub old_gid: u32,
-    pub new_mode: u32,
-    pub new_gid: u32,
 }
 
 /// The module whose loading creates nodes of `kind`.

@@ -1,410 +1,56 @@
-//! The attachment record: what DEL, CHECK and GC need of one attachment without prevResult, in
-//! its typed form (the fields every mode records, then its mode's own state) and its on-disk form.
-//!
-//! On disk a record is the flat [`RecordWire`] document every release since 0.1.0 writes and
-//! reads, one JSON document per line (see store.rs for how the lines are written): older
-//! binaries must still read records written now (a node rolled back can DEL what this binary
-//! attached) and this one theirs, so the typed form is converted to and from that layout
-//! instead of changing it. The mode's part of that layout is [`ModeWire`]: each mode converts
-//! its state to and from it (modes/<mode>.rs), so this file names no mode. Records written by
-//! earlier versions (one pretty-printed document) read as before.
+//! The attachment record as the CNI reads it: the record of records/attachment.rs with its
+//! mode's state as the modes' closed enum ([`ModeState`]), and what only an ADD knows how to
+//! make (a new record from a request). The format itself, and everything a reader that acts on
+//! no mode needs, lives in `records`.
 
 use std::any::Any;
 
-use serde::{Deserialize, Serialize};
+pub use crate::records::attachment::{
+    ChildKind, ChildRecord, GidRecord, GidView, HostDevice, HostSide, IpoibRecord, ModeRecord,
+    ModeWire, NetnsId, PermChange, Phase, PodInterface, PodRef, RdmaRecord, RecordMismatch,
+    RecordWire, RecordedMode, SoftRoceRecord, StepRecords, Unreadable, SCHEMA, SOFT_ROCE_STEP,
+};
 
-use crate::attach::gids::{GidRecord, GidView};
-use crate::attach::ib_device::RdmaRecord;
 use crate::attach::modes::{Mode, ModeState};
-use crate::attach::permissions::PermChange;
 
-/// Where an ADD got to, so DEL knows what to look for.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Written before the first kernel change.
-    Adding,
-    /// ADD completed.
-    Ready,
-}
+/// An attachment record whose mode state is the CNI's modes'.
+pub type Attachment = crate::records::attachment::Attachment<ModeState>;
 
-/// The host device as it was before ADD: what DEL restores.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct HostDevice {
-    pub name: String,
-    pub ifindex: u32,
-    pub mtu: u32,
-    pub hwaddr: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub perm_hwaddr: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci: Option<String>,
-    pub was_up: bool,
-    /// Addresses the device had in the host (restored when an ADD is rolled back).
-    #[serde(default)]
-    pub addresses: Vec<String>,
-}
+impl RecordedMode for ModeState {
+    fn name(&self) -> &str {
+        self.mode().as_str()
+    }
 
-impl HostDevice {
-    /// This device as the host side of an attachment.
-    pub fn side(&self) -> HostSide<'_> {
-        HostSide {
-            name: Some(&self.name),
-            hwaddr: Some(&self.hwaddr),
-            pci: self.pci.as_deref(),
-        }
+    fn from_wire(mode: &str, wire: ModeWire) -> Result<ModeState, RecordMismatch> {
+        let mode = Mode::parse(Some(mode)).map_err(|_| RecordMismatch::UnknownMode {
+            mode: mode.to_string(),
+            known: Mode::ALL
+                .iter()
+                .map(|m| format!("`{}`", m.as_str()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+        mode.state_from_wire(wire)
+    }
+
+    fn record(&self) -> &dyn ModeRecord {
+        ModeState::record(self)
+    }
+
+    fn record_mut(&mut self) -> &mut dyn ModeRecord {
+        ModeState::record_mut(self)
     }
 }
 
-/// One attachment: everything DEL, CHECK and GC need without prevResult. What every mode
-/// records is here; what one mode has (a moved host device, a child and its parent, a chained
-/// ib device) is its [`ModeState`], so a record cannot hold what its mode never writes.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(try_from = "RecordWire", into = "RecordWire")]
-pub struct Attachment {
-    /// The record format: absent in records of 0.1.0 (read as 1), [`SCHEMA`] when written now.
-    pub schema: u32,
-    /// The rdma-ns version that wrote the record.
-    pub written_by: Option<String>,
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-    /// The pod as the runtime named it in CNI_ARGS (Kubernetes runtimes and Multus do).
-    pub pod: Option<PodRef>,
-    pub phase: Phase,
-    pub netns: String,
-    /// The pod netns's identity (nsfs device and inode) at ADD: a path reused by another netns
-    /// later is not mistaken for this pod's.
-    pub netns_id: Option<NetnsId>,
-    pub device_key: String,
-    /// What this mode attached; the mode itself ([`Attachment::mode`]) is read from it, so the
-    /// two cannot disagree.
-    pub mode_state: ModeState,
-    /// Char-device permission changes (conf devicePermissions), restored on release.
-    pub perm_changes: Vec<PermChange>,
-    /// The NPWG device-info file written (runtimeConfig.CNIDeviceInfoFile), removed on release.
-    pub device_info_file: Option<String>,
-    /// The device plugin's ID as Multus passed it (`runtimeConfig.deviceID`, `deviceID` or
-    /// `pciBusID`), also when it selected nothing (a shared device plugin's index).
-    pub device_id: Option<String>,
-    /// The network configuration ADD got (IPAM included) and its CNI_PATH: what a DEL needs
-    /// when no runtime will send one (`rdma-ns reconcile`).
-    pub conf: Option<serde_json::Value>,
-    pub cni_path: Vec<String>,
-    /// What steps newer than the flat layout recorded, each under its own key.
-    pub steps: StepRecords,
-}
-
-/// What the steps of an ADD recorded beyond the flat layout's fields (`steps` on disk, left out
-/// when empty): each step's record under a key of its own, so a new step (steps.rs) records
-/// what it must release without a new field here. Releases that predate a step ignore its key,
-/// as they ignore any field they do not know.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct StepRecords(serde_json::Map<String, serde_json::Value>);
-
-impl StepRecords {
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// What step `key` recorded; None when it recorded nothing.
-    pub fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> serde_json::Result<Option<T>> {
-        self.0
-            .get(key)
-            .cloned()
-            .map(serde_json::from_value)
-            .transpose()
-    }
-
-    /// Records `record` as step `key`'s, replacing what it recorded before.
-    pub fn set<T: Serialize>(&mut self, key: &str, record: &T) -> serde_json::Result<()> {
-        self.0
-            .insert(key.to_string(), serde_json::to_value(record)?);
-        Ok(())
-    }
-}
-
-/// The pod interface this plugin made (moved or created) and configured: what CHECK compares
-/// and where DEL looks first. Chained mode has none: the previous plugin made and configured it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodInterface {
-    /// Its ifindex inside the pod (usually unchanged by a move); None until it exists in the
-    /// pod (the intent record is written before).
-    pub ifindex: Option<u32>,
-    /// Its MTU once ADD completed.
-    pub mtu: Option<u32>,
-    /// The IPAM result as the IPAM plugin returned it (converted to 1.1.0), if IPAM ran.
-    pub ipam_result: Option<serde_json::Value>,
-    /// RoCE GIDs of the pod's addresses (ib device, port, index, type), and where to read them.
-    pub gids: Vec<GidRecord>,
-    pub gid_view: Option<GidView>,
-}
-
-/// The host-side device of an attachment as its record names it: what messages and listings
-/// call it, and how ADD tells which attachment holds a device a selector names.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HostSide<'a> {
-    /// Its host name, when this plugin knew it (chained mode: the previous plugin's business).
-    pub name: Option<&'a str>,
-    pub hwaddr: Option<&'a str>,
-    /// Its PCI function.
-    pub pci: Option<&'a str>,
-}
-
-/// What a mode's record state tells the parts every mode shares. Each mode's state implements
-/// it beside its own type (modes/<mode>.rs).
-pub trait ModeRecord {
-    /// The mode's fields of the flat on-disk record; `ifname` is the attachment's.
-    fn to_wire(&self, ifname: &str) -> ModeWire;
-
-    /// The pod interface this plugin made, in the modes that make one.
-    fn pod_interface(&self) -> Option<&PodInterface>;
-
-    fn pod_interface_mut(&mut self) -> Option<&mut PodInterface>;
-
-    /// The ib device that went into the pod with the attachment, if one did.
-    fn ib_device(&self) -> Option<&RdmaRecord>;
-
-    /// The host-side device.
-    fn host_side(&self) -> HostSide<'_>;
-
-    /// The host-side device as `rdma-ns list` shows it.
-    fn listed_device(&self) -> String;
-}
-
-/// An attachment record as it is on disk: the flat layout of every release since 0.1.0 (field
-/// names, order, optional fields and defaults unchanged; see the module doc for why).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordWire {
-    #[serde(default = "schema_of_unversioned")]
-    schema: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    written_by: Option<String>,
-    network: String,
-    container_id: String,
-    ifname: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pod: Option<PodRef>,
-    mode: Mode,
-    phase: Phase,
-    netns: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    netns_id: Option<NetnsId>,
-    device_key: String,
-    #[serde(flatten)]
-    mode_fields: ModeWire,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    perm_changes: Vec<PermChange>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    device_info_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    device_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    conf: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    cni_path: Vec<String>,
-    #[serde(default, skip_serializing_if = "StepRecords::is_empty")]
-    steps: StepRecords,
-}
-
-/// The fields of the flat layout a mode's state is written in, where they stand in it (between
-/// `deviceKey` and `permChanges`). Every mode fills `host` (every release requires it); the
-/// others are optional. A mode with state the legacy fields cannot hold keeps it in `own`,
-/// under keys of its own; a mode ignores the fields it never writes, as older releases did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ModeWire {
-    /// Move: the moved device; child modes: the parent; chained: the pod interface as
-    /// prevResult named it and its PCI function.
-    pub host: HostDevice,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_ifindex: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_mtu: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipam_result: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub child: Option<crate::attach::modes::child::ChildRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma: Option<RdmaRecord>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gids: Vec<GidRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gid_view: Option<GidView>,
-    /// Every other field of the record: a mode newer than the flat layout reads its own here.
-    #[serde(flatten)]
-    pub own: serde_json::Map<String, serde_json::Value>,
-}
-
-impl ModeWire {
-    /// The fields of `host` and, for a mode that made one, its pod interface.
-    pub fn new(host: HostDevice, pod: Option<&PodInterface>) -> ModeWire {
-        let pod = pod.cloned().unwrap_or_default();
-        ModeWire {
-            host,
-            pod_ifindex: pod.ifindex,
-            pod_mtu: pod.mtu,
-            ipam_result: pod.ipam_result,
-            child: None,
-            rdma: None,
-            gids: pod.gids,
-            gid_view: pod.gid_view,
-            own: serde_json::Map::new(),
-        }
-    }
-
-    /// Mode `mode`'s own field `key` (see `own`), decoded; None when the record has none.
-    pub fn own_field<T: serde::de::DeserializeOwned>(
-        &self,
-        mode: &'static str,
-        key: &str,
-    ) -> std::result::Result<Option<T>, RecordMismatch> {
-        self.own
-            .get(key)
-            .map(|v| serde_json::from_value(v.clone()))
-            .transpose()
-            .map_err(|e| RecordMismatch::Own {
-                mode,
-                error: format!("`{key}`: {e}"),
-            })
-    }
-
-    /// The pod interface's fields, taken out.
-    pub fn take_pod_interface(&mut self) -> PodInterface {
-        PodInterface {
-            ifindex: self.pod_ifindex.take(),
-            mtu: self.pod_mtu.take(),
-            ipam_result: self.ipam_result.take(),
-            gids: std::mem::take(&mut self.gids),
-            gid_view: self.gid_view.take(),
-        }
-    }
-}
-
-/// A record whose fields do not make an attachment of its mode: DEL could not release what
-/// the record does not name, or would release it the wrong way.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordMismatch {
-    /// Mode macvlan without `child`, mode rdma without `rdma`: a field the mode always writes.
-    #[error("a mode \"{mode}\" record needs `{field}`, which this one lacks")]
-    FieldMissing {
-        mode: &'static str,
-        field: &'static str,
-    },
-    /// Mode macvlan with an IPoIB child, or the reverse.
-    #[error("a mode \"{mode}\" record holds a child of kind \"{kind}\"")]
-    ChildKind {
-        mode: &'static str,
-        kind: &'static str,
-    },
-    /// A mode's own fields (`ModeWire::own`) that do not decode.
-    #[error("a mode \"{mode}\" record has unreadable fields of its own: {error}")]
-    Own { mode: &'static str, error: String },
-}
-
-impl TryFrom<RecordWire> for Attachment {
-    type Error = RecordMismatch;
-
-    fn try_from(w: RecordWire) -> std::result::Result<Attachment, RecordMismatch> {
-        Ok(Attachment {
-            mode_state: w.mode.state_from_wire(w.mode_fields)?,
-            schema: w.schema,
-            written_by: w.written_by,
-            network: w.network,
-            container_id: w.container_id,
-            ifname: w.ifname,
-            pod: w.pod,
-            phase: w.phase,
-            netns: w.netns,
-            netns_id: w.netns_id,
-            device_key: w.device_key,
-            perm_changes: w.perm_changes,
-            device_info_file: w.device_info_file,
-            device_id: w.device_id,
-            conf: w.conf,
-            cni_path: w.cni_path,
-            steps: w.steps,
-        })
-    }
-}
-
-impl From<&Attachment> for RecordWire {
-    fn from(a: &Attachment) -> RecordWire {
-        RecordWire {
-            schema: a.schema,
-            written_by: a.written_by.clone(),
-            network: a.network.clone(),
-            container_id: a.container_id.clone(),
-            ifname: a.ifname.clone(),
-            pod: a.pod.clone(),
-            mode: a.mode(),
-            phase: a.phase,
-            netns: a.netns.clone(),
-            netns_id: a.netns_id,
-            device_key: a.device_key.clone(),
-            mode_fields: a.mode_state.record().to_wire(&a.ifname),
-            perm_changes: a.perm_changes.clone(),
-            device_info_file: a.device_info_file.clone(),
-            device_id: a.device_id.clone(),
-            conf: a.conf.clone(),
-            cni_path: a.cni_path.clone(),
-            steps: a.steps.clone(),
-        }
-    }
-}
-
-impl From<Attachment> for RecordWire {
-    fn from(a: Attachment) -> RecordWire {
-        RecordWire::from(&a)
-    }
-}
-
-/// The record format written now. 2: `schema`, `writtenBy`, `pod`, `netnsId`, `deviceId`,
-/// `conf`, `cniPath`.
-pub const SCHEMA: u32 = 2;
-
-fn schema_of_unversioned() -> u32 {
-    1
-}
-
-/// `K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID` from CNI_ARGS.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct PodRef {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
-}
-
-impl PodRef {
-    fn from_args(args: &crate::cni::args::CniArgs) -> Option<PodRef> {
-        let get = |k| args.get(k).filter(|v| !v.is_empty()).map(str::to_string);
-        let pod = PodRef {
-            namespace: get("K8S_POD_NAMESPACE"),
-            name: get("K8S_POD_NAME"),
-            uid: get("K8S_POD_UID"),
-        };
-        (pod.namespace.is_some() || pod.name.is_some() || pod.uid.is_some()).then_some(pod)
-    }
-}
-
-/// A network namespace's identity: the (device, inode) of its nsfs file.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct NetnsId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl NetnsId {
-    pub fn of(ns: &crate::kernel::Netns) -> Option<NetnsId> {
-        ns.identity().ok().map(|(dev, ino)| NetnsId { dev, ino })
-    }
+/// The pod of `args` (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_UID`), when it names one.
+pub fn pod_of(args: &crate::cni::args::CniArgs) -> Option<PodRef> {
+    let get = |k| args.get(k).filter(|v| !v.is_empty()).map(str::to_string);
+    let pod = PodRef {
+        namespace: get("K8S_POD_NAMESPACE"),
+        name: get("K8S_POD_NAME"),
+        uid: get("K8S_POD_UID"),
+    };
+    (pod.namespace.is_some() || pod.name.is_some() || pod.uid.is_some()).then_some(pod)
 }
 
 impl Attachment {
@@ -424,7 +70,7 @@ impl Attachment {
             network: req.conf.name.clone(),
             container_id: req.env.container_id.clone(),
             ifname: req.env.ifname.clone(),
-            pod: PodRef::from_args(&req.env.args),
+            pod: pod_of(&req.env.args),
             phase: Phase::Adding,
             netns: netns.path().display().to_string(),
             netns_id: NetnsId::of(netns),
@@ -450,10 +96,6 @@ impl Attachment {
         self.mode_state.mode()
     }
 
-    pub fn id(&self) -> String {
-        format!("{}:{}", self.container_id, self.ifname)
-    }
-
     /// The mode's state, as the type `T` its mode records (None for another mode's).
     pub fn state<T: Any>(&self) -> Option<&T> {
         self.mode_state.as_any().downcast_ref()
@@ -461,83 +103,6 @@ impl Attachment {
 
     pub fn state_mut<T: Any>(&mut self) -> Option<&mut T> {
         self.mode_state.as_any_mut().downcast_mut()
-    }
-
-    /// The pod interface this plugin made, in the modes that make one.
-    pub fn pod_interface(&self) -> Option<&PodInterface> {
-        self.mode_state.record().pod_interface()
-    }
-
-    pub fn pod_interface_mut(&mut self) -> Option<&mut PodInterface> {
-        self.mode_state.record_mut().pod_interface_mut()
-    }
-
-    /// The recorded GIDs of the pod's addresses (none in chained mode: it sets no addresses).
-    pub fn gids(&self) -> &[GidRecord] {
-        self.pod_interface().map_or(&[], |p| p.gids.as_slice())
-    }
-
-    /// The ib device that went into the pod: a moved netdev's (exclusive netns mode), or a
-    /// chained attachment's.
-    pub fn ib_device(&self) -> Option<&RdmaRecord> {
-        self.mode_state.record().ib_device()
-    }
-
-    /// The PCI function on the host side: the moved device's, a child's parent's, a chained
-    /// VF's.
-    pub fn pci_function(&self) -> Option<&str> {
-        self.mode_state.record().host_side().pci
-    }
-
-    /// The netdev the attachment is about, as messages and listings name it: the moved
-    /// device's or the parent's host name; in chained mode the pod interface (its host name
-    /// was the previous plugin's business).
-    pub fn netdev_name(&self) -> &str {
-        self.mode_state
-            .record()
-            .host_side()
-            .name
-            .unwrap_or(&self.ifname)
-    }
-
-    /// Whether this is the attachment of `network`, `container_id` and `ifname`.
-    pub fn is(&self, network: &str, container_id: &str, ifname: &str) -> bool {
-        self.network == network && self.container_id == container_id && self.ifname == ifname
-    }
-}
-
-/// Why the bytes of a record file make no attachment.
-#[derive(Debug)]
-pub enum Unreadable {
-    /// No line reads as a record (the error is the whole file's).
-    Corrupt(serde_json::Error),
-    /// The last line that reads names a mode whose fields it lacks.
-    Mismatch(RecordMismatch),
-}
-
-impl Attachment {
-    /// The current state in the bytes of a record file: the last line that reads. A torn or
-    /// lost tail (an unsynced final line after a crash) leaves the durable intent line before
-    /// it; a file of one pretty-printed document (the earliest builds) reads whole.
-    pub fn from_record_file(bytes: &[u8]) -> std::result::Result<Attachment, Unreadable> {
-        let wire = match serde_json::from_slice::<RecordWire>(bytes) {
-            Ok(wire) => wire,
-            Err(whole) => bytes
-                .split(|&b| b == b'\n')
-                .rev()
-                .find_map(|line| serde_json::from_slice::<RecordWire>(line).ok())
-                .ok_or(Unreadable::Corrupt(whole))?,
-        };
-        // A well-formed line whose mode and fields disagree is no torn tail: no earlier line
-        // stands in for it.
-        Attachment::try_from(wire).map_err(Unreadable::Mismatch)
-    }
-
-    /// One record line: compact JSON (no newline inside) and a newline.
-    pub fn record_line(&self) -> serde_json::Result<Vec<u8>> {
-        let mut line = serde_json::to_vec(&RecordWire::from(self))?;
-        line.push(b'\n');
-        Ok(line)
     }
 }
 
@@ -550,6 +115,7 @@ mod tests {
     use crate::attach::modes::move_dev::MoveState;
     use crate::attach::store::Store;
     use crate::testutil::TempDir;
+    use serde::Deserialize;
     use std::fs;
     use std::path::{Path, PathBuf};
 

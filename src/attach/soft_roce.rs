@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::attach::gids::{GidSource, GidView};
 use crate::attach::ib_device::RdmaConf;
@@ -35,8 +35,10 @@ use crate::kernel::rdma_ops::{RdmaOps, PORT_ACTIVE, ROCE_V2_PORT};
 use crate::kernel::rtnetlink::Link;
 use crate::kernel::{KernelError, Netns, Ns};
 
+pub use crate::records::attachment::SoftRoceRecord;
+
 /// The conf field, and the key of the step's record in `Attachment::steps`.
-pub const CONF_KEY: &str = "softRoce";
+pub const CONF_KEY: &str = crate::records::attachment::SOFT_ROCE_STEP;
 
 /// The RDMA link type of Soft-RoCE.
 const LINK_TYPE: &str = "rxe";
@@ -55,23 +57,6 @@ const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 /// kernel adds a GID for every address the netdev has when the device registers.
 #[derive(Debug)]
 pub struct SoftRoce;
-
-/// What the step records (under [`CONF_KEY`] in `Attachment::steps`), written before the device
-/// is made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SoftRoceRecord {
-    /// The ib device's name ([`device_name`]).
-    pub ibdev: String,
-    /// Its NLDEV index once the kernel made it (stable across netns moves).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<u32>,
-    /// The pod interface it is bound to.
-    pub netdev: String,
-    /// Whether it was moved into the pod's netns (exclusive netns mode).
-    #[serde(default)]
-    pub in_pod: bool,
-}
 
 /// [`SoftRoce`] as the conf asks for it.
 #[derive(Debug)]
@@ -177,7 +162,7 @@ pub fn refuse_where_unsupported(conf: &NetConf, mode: Mode, rdma: RdmaConf) -> R
 
 /// The ib device name of the attachment (network, container, interface): `rxe_` and 11 hex
 /// digits of a hash of the three, the same for every invocation of every binary
-/// ([`stable_hash`](crate::attach::store::stable_hash)). UCX holds a device's name in 16 bytes
+/// ([`stable_hash`](crate::records::atomic::stable_hash)). UCX holds a device's name in 16 bytes
 /// with its NUL (UCT_MD_NAME_MAX) and does not find a device whose name is longer.
 pub fn device_name(network: &str, container_id: &str, ifname: &str) -> String {
     nth_name(network, container_id, ifname, 0)
@@ -192,7 +177,7 @@ fn nth_name(network: &str, container_id: &str, ifname: &str, nth: u32) -> String
         ifname,
         if nth == "0" { "" } else { &nth },
     ];
-    let hash = crate::attach::store::stable_hash(
+    let hash = crate::records::atomic::stable_hash(
         parts
             .iter()
             .flat_map(|part| part.bytes().chain(std::iter::once(0))),

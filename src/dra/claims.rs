@@ -1,35 +1,38 @@
 //! Prepare and unprepare: a claim's allocation turned into the node's prepared-claim record
-//! (attach/claim.rs, beside the attachment records) and its CDI spec, and taken back.
+//! (records/claim.rs) and its CDI spec (records/cdi.rs, rendered from the record), and taken
+//! back.
 //!
-//! Both are idempotent and safe to kill at any instant: prepare derives everything from the
-//! claim and the node (the same input writes the same bytes), takes the claim's lock and its
-//! devices' locks (the keys the CNI locks them by), writes the record first, durably, and the
-//! CDI spec after it; unprepare removes the spec, then the record. A driver killed between the
-//! two leaves a record naming the spec's path, which the kubelet's retry (prepare again, or
-//! unprepare) completes or removes, and a spec without a record is removed by the daemon's
-//! sweep. Nothing is kept in memory.
+//! - A claim's own config may set only the keys a claim may (records::claim::CONFIG_KEYS); a
+//!   class-only key in it refuses the claim, naming the key, the claim and the DeviceClass to
+//!   use instead, and nothing on the node changes.
+//! - Preparing a claim already prepared with the same allocation (the kubelet prepares a
+//!   restored claim again after a restart, when it makes a pod's sandbox again) answers from the
+//!   record and rewrites nothing: by then a device may have moved into the pod and the CNI may
+//!   have reported the pod's nodes. Only a spec that is gone (the node rebooted: /var/run is a
+//!   tmpfs) is rendered again, from the same record.
+//! - Both are idempotent and safe to kill at any instant: prepare takes the claim's lock and its
+//!   devices' locks (the keys the CNI locks them by), writes the record first, durably, and the
+//!   spec after it; unprepare removes the spec, then the record. A driver killed between the two
+//!   leaves a record, which the kubelet's retry (prepare again, or unprepare) completes or
+//!   removes, and a spec without a record is removed by the daemon's sweep. Nothing is kept in
+//!   memory.
 
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use serde_json::{Map, Value};
 
-use crate::attach::claim::{
-    claim_lock_key, ClaimRef, ClaimStore, PreparedClaim, PreparedDevice, ATTACH_FIELDS,
-};
-use crate::attach::store::Store;
-use crate::dra::cdi::{self, CdiDevice};
 use crate::dra::config::{DriverConfig, DRIVER_NAME};
 use crate::dra::inventory::{self, InvDevice, Kind};
 use crate::error::{Error, Result};
 use crate::kernel::sysfs::SysRoot;
-use crate::kernel::topology::RdmaSysfs;
+use crate::records::attachment::RawMode;
+use crate::records::cdi;
+use crate::records::claim::{is_attach_field, ClaimRef, ClaimStore, PreparedClaim, PreparedDevice};
+use crate::records::store::Store;
 
 /// How long prepare waits for a device an ADD holds.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The driver's config keys beside the CNI's attach fields.
-const DRIVER_FIELDS: &[&str] = &["umad"];
 
 /// What prepare and unprepare work on: the driver's config, the node's sysfs and name.
 pub struct Claims {
@@ -39,7 +42,7 @@ pub struct Claims {
 }
 
 impl Claims {
-    fn store(&self) -> Store {
+    fn store(&self) -> Store<RawMode> {
         Store::new(&self.cfg.data_dir)
     }
 
@@ -47,20 +50,48 @@ impl Claims {
         ClaimStore::new(&self.cfg.data_dir)
     }
 
-    /// Prepares `claim`: its devices of this driver, recorded and given a CDI spec.
+    /// Prepares `claim`: its devices of this driver, recorded and given a CDI spec; a claim
+    /// prepared already with the same allocation gets the recorded answer.
     pub fn prepare(&self, claim: &ResourceClaim) -> Result<PreparedClaim> {
         let claim_ref = claim_ref(claim)?;
         let results = our_results(claim, &claim_ref)?;
+        let configs = configs(claim, &claim_ref)?;
+        let allocation = allocation_of(&results, &configs);
+        let claims = self.claim_store();
+        let _claim_lock = claims.lock(&claim_ref.uid)?;
+        if let Some(recorded) = claims
+            .load(&claim_ref.uid)?
+            .filter(|r| r.allocation == allocation)
+        {
+            crate::dra::kill_point("dra-reprepare");
+            cdi::write(
+                &self.cfg.cdi_dir,
+                &recorded.claim.uid,
+                &cdi::render(&recorded, &self.sys)?,
+            )?;
+            return Ok(recorded);
+        }
+        let prepared = self.derive(claim, claim_ref, &results, &configs, allocation)?;
+        self.write_locked(&prepared)?;
+        Ok(prepared)
+    }
+
+    /// The record of a claim prepared for the first time (or with another allocation).
+    fn derive(
+        &self,
+        claim: &ResourceClaim,
+        claim_ref: ClaimRef,
+        results: &[DeviceRequestAllocationResult],
+        configs: &[Config],
+        allocation: String,
+    ) -> Result<PreparedClaim> {
         let inventory = inventory::read(&self.sys, &self.cfg)
             .map_err(|e| Error::io("reading the node's RDMA devices from sysfs", e))?;
-        let configs = configs(claim, &claim_ref)?;
         let mut devices = Vec::new();
-        let mut cdi_devices = Vec::new();
-        for r in &results {
+        for r in results {
             let inv = self.device_of(r, &inventory, &claim_ref)?;
-            let params = params_for(&configs, &r.request);
-            let attach = attach_settings(inv, &params, &claim_ref, &r.device)?;
-            let umad = params.get("umad").and_then(Value::as_bool).unwrap_or(false);
+            let params = params_for(configs, &r.request);
+            let name = cdi::device_name(&claim_ref.uid, &r.device, r.share_id.as_deref());
             devices.push(PreparedDevice {
                 request: r.request.clone(),
                 pool: r.pool.clone(),
@@ -72,43 +103,26 @@ impl Claims {
                 port: inv.port,
                 pci_address: inv.pci_address.clone(),
                 lock_key: inv.lock_key.clone(),
-                cdi_device_ids: vec![cdi::device_id(&claim_ref.uid, &r.device)],
-                attach,
+                cdi_device_ids: vec![cdi::device_id(&name)],
+                attach: attach_settings(inv, &params, &claim_ref, &r.device)?,
+                umad: params.get("umad").and_then(Value::as_bool).unwrap_or(false),
+                rail: inv.rail.clone(),
+                pods: Vec::new(),
             });
-            cdi_devices.push((r, inv, umad));
         }
-        let prepared = PreparedClaim {
-            cdi_spec: Some(
-                cdi::spec_path(&self.cfg.cdi_dir, &claim_ref.uid)
-                    .display()
-                    .to_string(),
-            ),
+        refuse_repeated_names(&claim_ref, &devices)?;
+        Ok(PreparedClaim {
             pod_uids: pod_uids(claim),
             claim: claim_ref,
             devices,
+            allocation,
             written_by: Some(env!("CARGO_PKG_VERSION").to_string()),
-        };
-        let cdi: Vec<CdiDevice<'_>> = cdi_devices
-            .iter()
-            .map(|(r, inv, umad)| CdiDevice {
-                published: &r.device,
-                request: &r.request,
-                inv,
-                umad: *umad,
-            })
-            .collect();
-        let rdma_cm = RdmaSysfs::new(&self.sys)
-            .rdma_cm()
-            .map_err(|e| Error::io("reading rdma_cm from sysfs", e))?;
-        let spec = cdi::spec(&prepared.claim.uid, &cdi, rdma_cm.as_ref());
-        self.write_locked(&prepared, &spec)?;
-        Ok(prepared)
+        })
     }
 
-    /// Record, then spec, under the claim's lock and its devices'.
-    fn write_locked(&self, prepared: &PreparedClaim, spec: &Value) -> Result<()> {
+    /// Record, then spec, under its devices' locks (the claim's is the caller's).
+    fn write_locked(&self, prepared: &PreparedClaim) -> Result<()> {
         let store = self.store();
-        let _claim = store.lock_device(&claim_lock_key(&prepared.claim.uid), LOCK_TIMEOUT)?;
         let mut keys: Vec<&str> = prepared
             .devices
             .iter()
@@ -121,9 +135,10 @@ impl Claims {
             .map(|k| store.lock_device(k, LOCK_TIMEOUT))
             .collect::<Result<Vec<_>>>()?;
         self.claim_store().save(prepared)?;
-        kill_point("dra-record");
-        cdi::write(&self.cfg.cdi_dir, &prepared.claim.uid, spec)?;
-        kill_point("dra-cdi");
+        crate::dra::kill_point("dra-record");
+        let spec = cdi::render(prepared, &self.sys)?;
+        cdi::write(&self.cfg.cdi_dir, &prepared.claim.uid, &spec)?;
+        crate::dra::kill_point("dra-cdi");
         Ok(())
     }
 
@@ -132,10 +147,11 @@ impl Claims {
     pub fn unprepare(&self, uid: &str) -> Result<()> {
         let store = self.store();
         {
-            let _claim = store.lock_device(&claim_lock_key(uid), LOCK_TIMEOUT)?;
+            let claims = self.claim_store();
+            let _claim = claims.lock(uid)?;
             cdi::remove(&self.cfg.cdi_dir, uid)?;
-            kill_point("dra-uncdi");
-            self.claim_store().remove(uid)?;
+            crate::dra::kill_point("dra-uncdi");
+            claims.remove(uid)?;
         }
         // The claim's lock file and its devices' go with it, unless someone holds them. A sweep
         // rather than the record's keys: a retry after a kill past the record's removal must
@@ -182,15 +198,6 @@ impl Claims {
             ))
         })
     }
-}
-
-/// Debug builds kill the driver at a named point (`RDMA_NS_TEST_KILL_AT`), as the CNI's steps do.
-fn kill_point(name: &str) {
-    #[cfg(debug_assertions)]
-    if std::env::var("RDMA_NS_TEST_KILL_AT").is_ok_and(|v| v == name) {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-    let _ = name;
 }
 
 fn claim_ref(claim: &ResourceClaim) -> Result<ClaimRef> {
@@ -240,70 +247,6 @@ fn pod_uids(claim: &ResourceClaim) -> Vec<String> {
     uids
 }
 
-/// One opaque config of this driver: the requests it applies to (empty: all), its parameters.
-type Config = (Vec<String>, Map<String, Value>);
-
-/// This driver's opaque configs, class configs first.
-fn configs(claim: &ResourceClaim, c: &ClaimRef) -> Result<Vec<Config>> {
-    let mut out = Vec::new();
-    let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
-    let mut all: Vec<_> = allocation
-        .iter()
-        .flat_map(|a| a.devices.iter())
-        .flat_map(|d| d.config.iter().flatten())
-        .collect();
-    all.sort_by_key(|cfg| cfg.source != "FromClass");
-    for cfg in all {
-        let Some(opaque) = cfg.opaque.as_ref().filter(|o| o.driver == DRIVER_NAME) else {
-            continue;
-        };
-        let params = match &opaque.parameters.0 {
-            Value::Object(m) => m.clone(),
-            Value::Null => Map::new(),
-            other => {
-                return Err(Error::config(
-                    "parameters",
-                    format!(
-                        "claim {c}: the {DRIVER_NAME} config {} is {other}, not an object",
-                        cfg.source
-                    ),
-                ))
-            }
-        };
-        for key in params.keys() {
-            if !ATTACH_FIELDS.contains(&key.as_str()) && !DRIVER_FIELDS.contains(&key.as_str()) {
-                return Err(Error::config(
-                    key,
-                    format!(
-                        "claim {c}: the {DRIVER_NAME} config ({}) has an unknown key `{key}`; \
-                         known: {}, {}",
-                        cfg.source,
-                        ATTACH_FIELDS.join(", "),
-                        DRIVER_FIELDS.join(", ")
-                    ),
-                ));
-            }
-        }
-        out.push((cfg.requests.clone().unwrap_or_default(), params));
-    }
-    Ok(out)
-}
-
-/// The merged parameters for `request`: later configs (the claim's) over earlier (the class's).
-fn params_for(configs: &[Config], request: &str) -> Map<String, Value> {
-    let mut out = Map::new();
-    for (requests, params) in configs {
-        let applies = requests.is_empty()
-            || requests
-                .iter()
-                .any(|r| r == request || request.starts_with(&format!("{r}/")));
-        if applies {
-            out.extend(params.clone());
-        }
-    }
-    out
-}
-
 /// What the CNI applies over the conf: the kind's defaults (a child of a shared device, a move
 /// of a whole one; a Soft-RoCE device on a soft-roce child), then the configs.
 fn attach_settings(
@@ -323,7 +266,7 @@ fn attach_settings(
         attach.insert("softRoce".into(), true.into());
     }
     for (k, v) in params {
-        if ATTACH_FIELDS.contains(&k.as_str()) {
+        if is_attach_field(k) {
             attach.insert(k.clone(), v.clone());
         }
     }
@@ -341,6 +284,32 @@ fn attach_settings(
     }
     Ok(attach)
 }
+
+/// Refuses a claim whose devices would get one CDI name twice (the same device twice without
+/// shares): a CDI registry refuses a spec whose names repeat, so no container would start.
+fn refuse_repeated_names(claim: &ClaimRef, devices: &[PreparedDevice]) -> Result<()> {
+    for (i, d) in devices.iter().enumerate() {
+        if let Some(other) = devices[..i]
+            .iter()
+            .find(|o| o.cdi_device_ids == d.cdi_device_ids)
+        {
+            return Err(Error::config(
+                "requests",
+                format!(
+                    "claim {claim}: requests {} and {} were both allocated device {} without \
+                     a share of it, and one device cannot be given twice; the scheduler \
+                     allocates a device twice only with consumable capacity (shares): delete \
+                     the pod so that the claim is allocated again",
+                    other.request, d.request, d.device
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+mod opaque;
+use opaque::{allocation_of, configs, params_for, Config};
 
 #[cfg(test)]
 mod tests;

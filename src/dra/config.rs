@@ -46,7 +46,7 @@ fn default_shares() -> u32 {
     16
 }
 fn default_data_dir() -> PathBuf {
-    PathBuf::from(crate::attach::store::DEFAULT_DATA_DIR)
+    PathBuf::from(crate::records::store::DEFAULT_DATA_DIR)
 }
 fn default_cdi_dir() -> PathBuf {
     PathBuf::from("/var/run/cdi")

@@ -16,6 +16,7 @@ use crate::kernel::topology::{
     BusDevice, CharDev, CharDevKind, IbDevice, IbParent, IbPort, LinkLayer, RdmaSysfs,
 };
 use crate::node::Node;
+use crate::records::lock::{device_key, NetdevIdentity};
 
 /// What kind of device: what the pod gets and how rdma-ns attaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -83,8 +84,34 @@ impl InvDevice {
 /// attribute (`k8s.cni.cncf.io/deviceID`).
 pub const MAX_NAME: usize = 56;
 
-/// Every device of the node, sorted by name.
+/// How the inventory learns a netdev's permanent hardware address, which sysfs does not show
+/// (IFLA_PERM_ADDRESS): part of the device's lock key (records::lock::device_key).
+pub type PermAddress<'a> = &'a dyn Fn(&str) -> Option<Vec<u8>>;
+
+/// Every device of the node, sorted by name; permanent addresses from rtnetlink in the host's
+/// netns when `sys` is the host's /sys (a fixture sysfs has no netdevs behind it: none).
 pub fn read(sys: &SysRoot, cfg: &DriverConfig) -> io::Result<Vec<InvDevice>> {
+    let real = sys.root() == Path::new("/sys");
+    let kernel = real
+        .then(crate::kernel::rtnetlink::RealKernel::new)
+        .and_then(Result::ok);
+    let perm = |netdev: &str| -> Option<Vec<u8>> {
+        use crate::kernel::rtnetlink::NetOps;
+        let link = kernel
+            .as_ref()?
+            .link_by_name(crate::kernel::Ns::Host, netdev)
+            .ok()??;
+        link.perm_hwaddr
+    };
+    read_with(sys, cfg, &perm)
+}
+
+/// [`read`], with the permanent addresses from `perm`.
+pub fn read_with(
+    sys: &SysRoot,
+    cfg: &DriverConfig,
+    perm: PermAddress<'_>,
+) -> io::Result<Vec<InvDevice>> {
     let topo = RdmaSysfs::new(sys);
     let netns_mode = netns_mode(sys);
     let mut out = Vec::new();
@@ -96,13 +123,13 @@ pub fn read(sys: &SysRoot, cfg: &DriverConfig) -> io::Result<Vec<InvDevice>> {
             let Some(netdev) = port.netdevs.first() else {
                 continue;
             };
-            let mut d = hardware_port(&topo, &dev, port, netdev)?;
+            let mut d = hardware_port(&topo, &dev, port, netdev, perm)?;
             d.netns_mode = netns_mode;
             out.push(d);
         }
     }
     for netdev in &cfg.soft_roce_netdevs {
-        if let Some(mut d) = soft_roce(&topo, netdev)? {
+        if let Some(mut d) = soft_roce(&topo, netdev, perm)? {
             d.netns_mode = netns_mode;
             out.push(d);
         }
@@ -128,6 +155,7 @@ fn hardware_port(
     dev: &IbDevice,
     port: &IbPort,
     netdev: &str,
+    perm: PermAddress<'_>,
 ) -> io::Result<InvDevice> {
     let kind = match port.link_layer {
         LinkLayer::InfiniBand => Kind::Ipoib,
@@ -161,7 +189,7 @@ fn hardware_port(
         netdev: netdev.to_string(),
         ibdev: Some(dev.name.clone()),
         port: Some(port.index),
-        lock_key: lock_key(topo, pci.as_deref(), netdev)?,
+        lock_key: lock_key(topo, netdev, perm)?,
         pcie_root: pci.as_deref().and_then(|bdf| pcie_root(topo, bdf)),
         numa_node: function.as_ref().and_then(|f| f.numa_node),
         driver: function.as_ref().and_then(|f| f.driver.clone()),
@@ -191,7 +219,11 @@ fn port_problem(dev: &IbDevice, port: &IbPort) -> Option<String> {
     })
 }
 
-fn soft_roce(topo: &RdmaSysfs<'_>, netdev: &str) -> io::Result<Option<InvDevice>> {
+fn soft_roce(
+    topo: &RdmaSysfs<'_>,
+    netdev: &str,
+    perm: PermAddress<'_>,
+) -> io::Result<Option<InvDevice>> {
     let Some(n) = topo.netdev(netdev)? else {
         return Ok(None);
     };
@@ -227,7 +259,7 @@ fn soft_roce(topo: &RdmaSysfs<'_>, netdev: &str) -> io::Result<Option<InvDevice>
         netdev: netdev.to_string(),
         ibdev: None,
         port: None,
-        lock_key: lock_key(topo, pci.as_deref(), netdev)?,
+        lock_key: lock_key(topo, netdev, perm)?,
         pcie_root: placed.as_deref().and_then(|bdf| pcie_root(topo, bdf)),
         numa_node: function.as_ref().and_then(|f| f.numa_node),
         driver: function.as_ref().and_then(|f| f.driver.clone()),
@@ -246,14 +278,25 @@ fn soft_roce(topo: &RdmaSysfs<'_>, netdev: &str) -> io::Result<Option<InvDevice>
     }))
 }
 
-/// The lock key `device_key` (attach/modes/move_dev.rs) gives the same netdev: its PCI
-/// function, else its hardware address.
-fn lock_key(topo: &RdmaSysfs<'_>, pci: Option<&str>, netdev: &str) -> io::Result<String> {
-    if let Some(bdf) = pci {
-        return Ok(format!("pci-{bdf}"));
-    }
-    let address = topo.netdev(netdev)?.map(|n| n.address).unwrap_or_default();
-    Ok(format!("mac-{address}"))
+/// The key the CNI locks `netdev` by (records::lock::device_key): its own PCI function (an SF's
+/// netdev sits on the auxiliary bus: not its PF's), else its permanent address, else its
+/// current one.
+fn lock_key(topo: &RdmaSysfs<'_>, netdev: &str, perm: PermAddress<'_>) -> io::Result<String> {
+    let n = topo.netdev(netdev)?;
+    let pci = n.as_ref().and_then(|n| match &n.device {
+        Some(BusDevice::Pci { bdf }) => Some(bdf.as_str()),
+        _ => None,
+    });
+    let hwaddr = n
+        .as_ref()
+        .and_then(|n| crate::kernel::rtnetlink::parse_hwaddr(&n.address))
+        .unwrap_or_default();
+    let perm = perm(netdev);
+    Ok(device_key(&NetdevIdentity {
+        pci,
+        perm_hwaddr: perm.as_deref(),
+        hwaddr: &hwaddr,
+    }))
 }
 
 /// The root complex of a PCI function: the first directory under `devices/` on its path
@@ -460,6 +503,73 @@ mod tests {
         let devs = published("v9");
         let veth = by_name(&devs, "softroce-v9");
         assert_eq!((veth.pcie_root.as_ref(), veth.numa_node), (None, None));
+    }
+
+    /// §9 of issue 39: the driver locks a device by the key the CNI locks it by, one function
+    /// for both: an SF's netdev by its own permanent address (not its PF's function, which
+    /// another SF shares), a netdev whose address was changed by its permanent one, a PF by its
+    /// function; the CNI computes each from the rtnetlink link it selects.
+    #[test]
+    fn the_driver_and_the_cni_lock_a_device_by_one_key() {
+        use crate::kernel::rtnetlink::Link;
+        let fx = SysfsFixture::all().unwrap();
+        fx.write_attr("class/net/v1/carrier", "1").unwrap();
+        let cfg = DriverConfig {
+            soft_roce_netdevs: vec!["v1".into()],
+            ..DriverConfig::default()
+        };
+        let sf_perm = vec![0x7e, 0x3c, 0x5e, 0, 0, 0x58];
+        let v1_perm = vec![0x52, 0x54, 0, 0x1a, 2, 1];
+        let perm = |netdev: &str| match netdev {
+            "enp6s0f0s88" => Some(sf_perm.clone()),
+            "v1" => Some(v1_perm.clone()),
+            _ => None,
+        };
+        let devs = read_with(fx.root(), &cfg, &perm).unwrap();
+        let links = [
+            (
+                "mlx5-3-p1",
+                Link {
+                    name: "enp6s0f0s88".into(),
+                    hwaddr: vec![0x7e, 0x3c, 0x5e, 0, 0, 0x58],
+                    perm_hwaddr: Some(sf_perm.clone()),
+                    parent_bus: Some("auxiliary".into()),
+                    parent_dev: Some("mlx5_core.sf.4".into()),
+                    ..Default::default()
+                },
+            ),
+            (
+                "softroce-v1",
+                Link {
+                    name: "v1".into(),
+                    hwaddr: vec![0xee, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e],
+                    perm_hwaddr: Some(v1_perm.clone()),
+                    ..Default::default()
+                },
+            ),
+            (
+                "mlx5-0-p1",
+                Link {
+                    name: "ens1f0np0".into(),
+                    hwaddr: vec![0x0c, 0x42, 0xa1, 0x3b, 0, 0],
+                    parent_bus: Some("pci".into()),
+                    parent_dev: Some("0000:3b:00.0".into()),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, link) in links {
+            let cni = crate::attach::modes::move_dev::device_key(&link);
+            assert_eq!(by_name(&devs, name).lock_key, cni, "{name}");
+        }
+        assert_eq!(
+            by_name(&devs, "mlx5-3-p1").lock_key,
+            "mac-7e:3c:5e:00:00:58"
+        );
+        assert_eq!(
+            by_name(&devs, "softroce-v1").lock_key,
+            "mac-52:54:00:1a:02:01"
+        );
     }
 
     #[test]

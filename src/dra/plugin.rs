@@ -6,19 +6,19 @@
 //! response entry for every claim, per-claim errors in the entry).
 //!
 //! NodePrepareResources gets a claim's namespace, name and UID only: the allocation comes from
-//! the API server ([`ClaimSource`]), as the Go helper fetches it.
+//! the API server ([`DriverApi::claim`]), as the Go helper fetches it.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::ResourceClaim;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use crate::dra::api::DriverApi;
 use crate::dra::claims::Claims;
 use crate::dra::config::DRIVER_NAME;
 use crate::dra::proto::dra_v1::dra_plugin_server::{DraPlugin, DraPluginServer};
@@ -38,12 +38,6 @@ use crate::dra::proto::registration::{
 
 /// The gRPC services the driver offers the kubelet, as it lists them in GetInfo.
 pub const SUPPORTED_SERVICES: &[&str] = &["v1.DRAPlugin", "v1.DRAResourceHealth"];
-
-/// Where a claim's allocation comes from: the API server, or a test's stand-in.
-#[tonic::async_trait]
-pub trait ClaimSource: Send + Sync + 'static {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String>;
-}
 
 /// The registration service the plugin watcher calls.
 pub struct RegistrationService {
@@ -86,27 +80,22 @@ impl Registration for RegistrationService {
 }
 
 /// The DRA v1 service: prepare and unprepare.
-pub struct DraService<S> {
+pub struct DraService {
     pub claims: Arc<Claims>,
-    pub source: S,
+    pub api: Arc<dyn DriverApi>,
     /// Poked after every prepare and unprepare: the daemon's status and health follow.
     pub changed: Arc<tokio::sync::Notify>,
 }
 
-impl<S: ClaimSource> DraService<S> {
+impl DraService {
     async fn prepare_one(&self, claim: &Claim) -> NodePrepareResourceResponse {
         let failed = |error: String| NodePrepareResourceResponse {
             devices: Vec::new(),
             error,
         };
-        let object = match self.source.get(&claim.namespace, &claim.name).await {
+        let object = match self.api.claim(&claim.namespace, &claim.name).await {
             Ok(o) => o,
-            Err(e) => {
-                return failed(format!(
-                    "reading ResourceClaim {}/{}: {e}",
-                    claim.namespace, claim.name
-                ))
-            }
+            Err(e) => return failed(format!("reading {e}")),
         };
         if object.metadata.uid.as_deref() != Some(claim.uid.as_str()) {
             return failed(format!(
@@ -139,7 +128,7 @@ impl<S: ClaimSource> DraService<S> {
 }
 
 #[tonic::async_trait]
-impl<S: ClaimSource> DraPlugin for DraService<S> {
+impl DraPlugin for DraService {
     async fn node_prepare_resources(
         &self,
         req: Request<NodePrepareResourcesRequest>,
@@ -229,9 +218,9 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListenerStream> {
 }
 
 /// Serves the DRA and health services on `listener` until `stop` resolves.
-pub async fn serve_plugin<S: ClaimSource>(
+pub async fn serve_plugin(
     listener: UnixListenerStream,
-    dra: DraService<S>,
+    dra: DraService,
     health: HealthService,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {

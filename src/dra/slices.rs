@@ -1,9 +1,14 @@
 //! This node's ResourceSlice: the inventory as the scheduler sees it, and publishing it.
 //!
-//! One slice per node (`<node>.rdma-ns.io`, pool = the node's name, at most 128 devices),
-//! derived from the inventory on every reconcile and written only when it differs from the
-//! one the API server holds, with the pool's generation one higher: no state is kept here, so
-//! a restarted driver publishes what the node has, and nothing more.
+//! One pool per node (pool = the node's name), in as many slices as its devices need: at most
+//! 128 devices a slice (resource.k8s.io/v1 ResourceSliceMaxDevices), by device name, slice `i`
+//! named `<node>.rdma-ns.io` for the first and `<node>.rdma-ns.io-<i>` after it, each saying
+//! how many the pool has (`resourceSliceCount`). Derived from the inventory on every reconcile
+//! and written only when the pool differs from the one the API server holds; then every slice
+//! of the pool is written with the pool's generation one higher (the scheduler counts a pool's
+//! slices of its highest generation only, so a slice left at the old one would hide its
+//! devices). No state is kept here, so a restarted driver publishes what the node has, and
+//! nothing more.
 //!
 //! Sharing: a shared device (shared RDMA netns mode, where many pods' children share a port,
 //! and every Soft-RoCE netdev) is published with `allowMultipleAllocations: true` (consumable
@@ -19,7 +24,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::attach::claim::DEVICE_ID_PREFIX;
+use crate::records::claim::DEVICE_ID_PREFIX;
 use crate::dra::config::{DriverConfig, DRIVER_NAME};
 use crate::dra::inventory::InvDevice;
 use crate::kernel::nldev::NetnsMode;
@@ -43,18 +48,21 @@ pub struct NodeRef {
     pub uid: Option<String>,
 }
 
-/// The slice's object name.
-pub fn slice_name(node: &str) -> String {
-    format!("{node}.{DRIVER_NAME}")
+/// The object name of slice `index` of the node's pool.
+pub fn slice_name(node: &str, index: usize) -> String {
+    match index {
+        0 => format!("{node}.{DRIVER_NAME}"),
+        i => format!("{node}.{DRIVER_NAME}-{i}"),
+    }
 }
 
-/// The slice this node should have. The pool's generation is the caller's.
-pub fn desired_slice(
+/// The slices this node should have, in order. The pool's generation is the caller's.
+pub fn desired_slices(
     node: &NodeRef,
     devices: &[InvDevice],
     cfg: &DriverConfig,
     sharing: Sharing,
-) -> ResourceSlice {
+) -> Vec<ResourceSlice> {
     let mut published: Vec<Device> = Vec::new();
     for d in devices {
         match (d.shared(), sharing) {
@@ -69,17 +77,26 @@ pub fn desired_slice(
             (false, _) => published.push(device(d, &d.name, cfg)),
         }
     }
-    if published.len() > MAX_DEVICES {
-        crate::log_warn!(
-            "{} devices exceed a ResourceSlice's {MAX_DEVICES}: the first {MAX_DEVICES} by name \
-             are published",
-            published.len()
-        );
-        published.truncate(MAX_DEVICES);
-    }
+    published.sort_by(|a, b| a.name.cmp(&b.name));
+    let chunks: Vec<Vec<Device>> = match published.is_empty() {
+        true => vec![Vec::new()],
+        false => published
+            .chunks(MAX_DEVICES)
+            .map(<[Device]>::to_vec)
+            .collect(),
+    };
+    let count = chunks.len() as i64;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, devices)| slice(node, i, count, devices))
+        .collect()
+}
+
+fn slice(node: &NodeRef, index: usize, count: i64, devices: Vec<Device>) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
-            name: Some(slice_name(&node.name)),
+            name: Some(slice_name(&node.name, index)),
             owner_references: node.uid.as_ref().map(|uid| {
                 vec![OwnerReference {
                     api_version: "v1".into(),
@@ -98,9 +115,9 @@ pub fn desired_slice(
             pool: ResourcePool {
                 name: node.name.clone(),
                 generation: 0,
-                resource_slice_count: 1,
+                resource_slice_count: count,
             },
-            devices: Some(published),
+            devices: Some(devices),
             ..Default::default()
         },
     }
@@ -215,23 +232,43 @@ fn netns_mode(m: NetnsMode) -> &'static str {
 
 /// Whether two slices publish the same thing (the generation aside).
 pub fn same_contents(a: &ResourceSlice, b: &ResourceSlice) -> bool {
-    a.spec.devices == b.spec.devices
+    a.metadata.name == b.metadata.name
+        && a.spec.devices == b.spec.devices
         && a.spec.node_name == b.spec.node_name
         && a.spec.pool.name == b.spec.pool.name
+        && a.spec.pool.resource_slice_count == b.spec.pool.resource_slice_count
         && a.spec.driver == b.spec.driver
+}
+
+/// Whether the stored slices are the desired ones, of one generation (the generation aside).
+pub fn same_pool(desired: &[ResourceSlice], stored: &[ResourceSlice]) -> bool {
+    let mut stored: Vec<&ResourceSlice> = stored.iter().collect();
+    stored.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut desired: Vec<&ResourceSlice> = desired.iter().collect();
+    desired.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let one_generation = stored
+        .windows(2)
+        .all(|w| w[0].spec.pool.generation == w[1].spec.pool.generation);
+    one_generation
+        && stored.len() == desired.len()
+        && stored
+            .iter()
+            .zip(&desired)
+            .all(|(s, d)| same_contents(s, d))
 }
 
 /// Whether the server kept `allowMultipleAllocations` on the shared devices it was sent: a
 /// server without consumable capacity drops the field.
-pub fn server_kept_sharing(sent: &ResourceSlice, stored: &ResourceSlice) -> bool {
-    let shared = |s: &ResourceSlice| -> Vec<String> {
-        s.spec
-            .devices
+pub fn server_kept_sharing(sent: &[ResourceSlice], stored: &[ResourceSlice]) -> bool {
+    let shared = |slices: &[ResourceSlice]| -> Vec<String> {
+        let mut names: Vec<String> = slices
             .iter()
-            .flatten()
+            .flat_map(|s| s.spec.devices.iter().flatten())
             .filter(|d| d.allow_multiple_allocations == Some(true))
             .map(|d| d.name.clone())
-            .collect()
+            .collect();
+        names.sort();
+        names
     };
     shared(sent) == shared(stored)
 }

@@ -198,7 +198,7 @@ fn remove_takes_the_temp_file_of_a_killed_write_along() {
     }
     // A writer at work holds its temp file's lock.
     let writer = fs::File::open(&writing).unwrap();
-    assert!(crate::attach::lock_file::try_lock(&writer).unwrap());
+    assert!(crate::records::lock_file::try_lock(&writer).unwrap());
     remove(&path).unwrap();
     assert!(!killed.exists(), "a killed write's temp file goes");
     assert!(writing.exists(), "a running write's stays");

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+pub use crate::records::attachment::{ChildKind, ChildRecord, IpoibRecord};
 
 use crate::attach::gids::{self, GidSource, GidView};
 use crate::attach::ib_device::RdmaConf;
@@ -154,66 +154,6 @@ pub struct ChildState {
     pub parent: HostDevice,
     pub child: ChildRecord,
     pub pod_interface: PodInterface,
-}
-
-/// A child interface as created: how DEL recognizes it (also after the kernel refunded an IPoIB
-/// child to the host under another name) and what CHECK compares.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ChildRecord {
-    /// IFLA_INFO_KIND.
-    pub kind: ChildKind,
-    pub hwaddr: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipoib: Option<IpoibRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub macvlan_mode: Option<u32>,
-    /// The mode/MTU decision, e.g. "ipoib datagram on ib0, MTU 2044 (auto)".
-    pub summary: String,
-}
-
-/// A child interface's kind: its IFLA_INFO_KIND string on disk and in the kernel.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ChildKind {
-    Macvlan,
-    Ipoib,
-}
-
-impl ChildKind {
-    pub fn of(kind: &LinkKind) -> ChildKind {
-        match kind {
-            LinkKind::Macvlan { .. } => ChildKind::Macvlan,
-            LinkKind::Ipoib { .. } => ChildKind::Ipoib,
-        }
-    }
-
-    /// The IFLA_INFO_KIND string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChildKind::Macvlan => "macvlan",
-            ChildKind::Ipoib => "ipoib",
-        }
-    }
-}
-
-/// IPoIB settings as the kernel reported them after creation (IFLA_INFO_DATA).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IpoibRecord {
-    pub pkey: Option<u16>,
-    /// 0 datagram, 1 connected.
-    pub mode: Option<u16>,
-    pub umcast: Option<u16>,
-}
-
-impl From<crate::kernel::rtnetlink::IpoibInfo> for IpoibRecord {
-    fn from(i: crate::kernel::rtnetlink::IpoibInfo) -> Self {
-        IpoibRecord {
-            pkey: i.pkey,
-            mode: i.mode,
-            umcast: i.umcast,
-        }
-    }
 }
 
 impl ChildState {

@@ -180,14 +180,15 @@ impl ModeRecord for MoveState {
     }
 }
 
-/// The lock/state key of a device: its PCI function when it has one (stable across renames and
-/// netns moves), else its permanent or current hardware address.
+/// The lock/state key of a device (records::lock::device_key, the one the DRA driver locks
+/// it by too): its PCI function when it has one (stable across renames and netns moves), else
+/// its permanent or current hardware address.
 pub fn device_key(link: &Link) -> String {
-    if let Some(pci) = link.pci_address() {
-        return format!("pci-{pci}");
-    }
-    let mac = link.perm_hwaddr.as_deref().unwrap_or(&link.hwaddr);
-    format!("mac-{}", format_hwaddr(mac))
+    crate::records::lock::device_key(&crate::records::lock::NetdevIdentity {
+        pci: link.pci_address(),
+        perm_hwaddr: link.perm_hwaddr.as_deref(),
+        hwaddr: &link.hwaddr,
+    })
 }
 
 /// One move-mode ADD: what is decided before the first change, then one method per step.

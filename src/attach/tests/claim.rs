@@ -44,6 +44,9 @@ fn device(request: &str, name: &str, netdev: &str, attach: serde_json::Value) ->
         lock_key: format!("mac-{netdev}"),
         cdi_device_ids: vec![format!("rdma-ns.io/rdma=uid-1-{name}")],
         attach: attach.as_object().unwrap().clone(),
+        umad: false,
+        rail: None,
+        pods: Vec::new(),
     }
 }
 
@@ -56,7 +59,7 @@ fn prepared(uid: &str, pods: &[&str], devices: Vec<PreparedDevice>) -> PreparedC
         },
         pod_uids: pods.iter().map(|p| p.to_string()).collect(),
         devices,
-        cdi_spec: None,
+        allocation: String::new(),
         written_by: None,
     }
 }
@@ -165,7 +168,7 @@ fn a_pods_claim_is_found_by_its_uid_and_attached_with_the_claims_mode() {
         (state.parent.name.as_str(), state.pod_interface.mtu),
         ("ens2f0np0", Some(1500))
     );
-    let recorded = crate::attach::claim::dra_device_of_record(att.conf.as_ref()).unwrap();
+    let recorded = crate::attach::claim::DraDevice::of_record(att.conf.as_ref()).unwrap();
     assert_eq!(recorded, dra);
 }
 

@@ -6,6 +6,7 @@
 
 mod child;
 mod claim;
+mod claim_cdi;
 pub(in crate::attach) mod fake_ipam;
 mod ib_device;
 pub(in crate::attach) mod kill_points;

@@ -65,8 +65,8 @@ fn prepare_records_the_device_and_writes_its_cdi_spec_idempotently() {
     let c = claim(
         &[("rdma", "node-a", "mlx5-0-p1")],
         json!([
-            {"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"mtu": 1500, "umad": true}}},
-            {"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters": {"mtu": 9000, "rail": true}}},
+            {"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"mtu": 1500}}},
+            {"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters": {"mtu": 9000, "rail": true, "umad": true}}},
             {"source": "FromClass", "opaque": {"driver": "gpu.example.com", "parameters": {"whatever": 1}}}
         ]),
     );
@@ -88,6 +88,7 @@ fn prepare_records_the_device_and_writes_its_cdi_spec_idempotently() {
         json!({"mode": "macvlan", "mtu": 1500, "rail": true}),
         "the kind's default mode, the class's config, the claim's over it; umad is the driver's"
     );
+    assert!(d.umad);
     let store = ClaimStore::new(&claims.cfg.data_dir);
     assert_eq!(store.load(UID).unwrap().as_ref(), Some(&p));
     let spec_path = cdi::spec_path(&claims.cfg.cdi_dir, UID);
@@ -239,5 +240,187 @@ fn each_kind_gets_its_attach_mode() {
         soft,
         json!({"mode": "move", "softRoce": true}),
         "exclusive mode moves the netdev"
+    );
+}
+
+/// §1 of issue 39: a claim's own config may set only what reaches no further than its pod. A
+/// class-only key there refuses the claim, naming the key, the claim and the DeviceClass to use
+/// instead, and nothing is written; the same key from the DeviceClass's config is taken; the
+/// keys a claim may set are taken from it.
+#[test]
+fn a_claim_may_not_set_a_class_only_key() {
+    let tmp = TempDir::new("dra-class-only");
+    let fx = SysfsFixture::all().unwrap();
+    let claims = node(&tmp, &fx);
+    let from = |source: &str, params: serde_json::Value| {
+        claim(
+            &[("rdma", "node-a", "mlx5-0-p1")],
+            json!([{"source": source, "opaque": {"driver": DRIVER_NAME, "parameters": params}}]),
+        )
+    };
+    let class_only = [
+        (
+            "devicePermissions",
+            json!({"rdma_cm": "0606"}),
+            "ask a cluster admin",
+        ),
+        ("pkey", json!("0x8001"), "ask a cluster admin"),
+        ("mode", json!("macvlan"), "ask a cluster admin"),
+        ("softRoce", json!(true), "ask a cluster admin"),
+        ("macvlanMode", json!("passthru"), "ask a cluster admin"),
+        (
+            "umad",
+            json!(true),
+            "use DeviceClass rdma-ns-roce-mad in place of DeviceClass rdma-ns-roce",
+        ),
+    ];
+    for (key, value, instead) in class_only {
+        let e = claims
+            .prepare(&from("FromClaim", json!({key: value})))
+            .unwrap_err();
+        let msg = e.to_string();
+        for part in [
+            &format!("`{key}`"),
+            "team/trainer-rdma",
+            "only a DeviceClass",
+            instead,
+        ] {
+            assert!(msg.contains(part), "{key}: {part:?} missing from: {msg}");
+        }
+        assert_eq!(e.code(), 7, "{msg}");
+        assert!(files(&claims.cfg.cdi_dir).is_empty(), "{key}");
+        assert!(
+            files(&claims.cfg.data_dir.join("_claims")).is_empty(),
+            "{key}"
+        );
+        // Its presence twin: the DeviceClass's config may.
+        let p = claims
+            .prepare(&from("FromClass", json!({key: value})))
+            .unwrap();
+        claims.unprepare(&p.claim.uid).unwrap();
+    }
+    let claim_keys =
+        json!({"mtu": 1400, "rail": true, "ipoibMode": "connected", "umcast": true, "rdma": "off"});
+    let p = claims.prepare(&from("FromClaim", claim_keys)).unwrap();
+    assert_eq!(p.devices[0].attach["mtu"], 1400);
+}
+
+/// §2: the kubelet prepares a claim again after a restart (a restored claim is not prepared)
+/// when it makes a pod's sandbox again. With the same allocation the record's answer comes
+/// back and nothing is rewritten, whatever happened since (here the device left the host's
+/// sysfs); with another allocation the claim is prepared anew.
+#[test]
+fn a_second_prepare_of_the_same_allocation_answers_from_the_record() {
+    let tmp = TempDir::new("dra-reprepare");
+    let fx = SysfsFixture::all().unwrap();
+    let claims = node(&tmp, &fx);
+    let c = claim(&[("rdma", "node-a", "mlx5-2-p1")], json!([]));
+    let first = claims.prepare(&c).unwrap();
+    let record = claims
+        .cfg
+        .data_dir
+        .join("_claims")
+        .join(format!("{UID}.json"));
+    let spec = cdi::spec_path(&claims.cfg.cdi_dir, UID);
+    let (record_bytes, spec_bytes) = (
+        std::fs::read(&record).unwrap(),
+        std::fs::read(&spec).unwrap(),
+    );
+    let mtime = |p: &std::path::Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let (record_time, spec_time) = (mtime(&record), mtime(&spec));
+    // The VF's netdev went into a pod: the host's sysfs no longer has it.
+    std::fs::remove_file(fx.path().join("class/net/ens1f0v0")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let again = claims.prepare(&c).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(std::fs::read(&record).unwrap(), record_bytes);
+    assert_eq!(std::fs::read(&spec).unwrap(), spec_bytes);
+    assert_eq!(
+        (mtime(&record), mtime(&spec)),
+        (record_time, spec_time),
+        "nothing rewritten"
+    );
+
+    // A spec lost with /var/run (a reboot) is rendered again from the record.
+    std::fs::remove_file(&spec).unwrap();
+    claims.prepare(&c).unwrap();
+    assert_eq!(std::fs::read(&spec).unwrap(), spec_bytes);
+
+    // Another allocation of the same claim is prepared anew.
+    let other = claim(
+        &[("rdma", "node-a", "mlx5-2-p1")],
+        json!([{"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters": {"mtu": 9000}}}]),
+    );
+    let anew = claims.prepare(&other).unwrap();
+    assert_ne!(anew.allocation, first.allocation);
+    assert_eq!(anew.devices[0].attach["mtu"], 9000);
+}
+
+/// §5: two requests given one device with two shares (consumable capacity) get two CDI
+/// devices, named with the share; the same device twice without shares is refused, naming the
+/// claim and both requests, and nothing is written.
+#[test]
+fn two_shares_of_one_device_are_two_cdi_devices_and_a_device_twice_is_refused() {
+    let tmp = TempDir::new("dra-shares");
+    let fx = SysfsFixture::all().unwrap();
+    let claims = node(&tmp, &fx);
+    let shares = [
+        "11111111-1111-4111-8111-111111111111",
+        "22222222-2222-4222-8222-222222222222",
+    ];
+    let mut c = claim(
+        &[("a", "node-a", "mlx5-0-p1"), ("b", "node-a", "mlx5-0-p1")],
+        json!([]),
+    );
+    let twice = c.clone();
+    let results = c
+        .status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .as_mut()
+        .unwrap();
+    for (r, share) in results.iter_mut().zip(shares) {
+        r.share_id = Some(share.into());
+    }
+    let p = claims.prepare(&c).unwrap();
+    let ids: Vec<&str> = p
+        .devices
+        .iter()
+        .map(|d| d.cdi_device_ids[0].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            format!("rdma-ns.io/rdma={UID}-mlx5-0-p1-{}", shares[0]),
+            format!("rdma-ns.io/rdma={UID}-mlx5-0-p1-{}", shares[1])
+        ]
+    );
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cdi::spec_path(&claims.cfg.cdi_dir, UID)).unwrap())
+            .unwrap();
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(names[0], names[1]);
+    claims.unprepare(UID).unwrap();
+
+    let e = claims.prepare(&twice).unwrap_err().to_string();
+    for part in ["team/trainer-rdma", "requests a and b", "mlx5-0-p1"] {
+        assert!(e.contains(part), "{part}: {e}");
+    }
+    assert!(
+        files(&claims.cfg.cdi_dir).is_empty()
+            && files(&claims.cfg.data_dir.join("_claims")).is_empty()
     );
 }

@@ -3,6 +3,7 @@
 //! unprepare of claims and the health stream.
 
 use super::*;
+use crate::dra::api::fake::FakeApi;
 use crate::dra::config::DriverConfig;
 use crate::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
 use crate::dra::proto::health_v1::dra_resource_health_client::DraResourceHealthClient;
@@ -10,8 +11,8 @@ use crate::dra::proto::health_v1::{DeviceHealth, DeviceIdentifier, HealthStatus}
 use crate::dra::proto::registration::registration_client::RegistrationClient;
 use crate::kernel::topology::fixtures::SysfsFixture;
 use crate::testutil::TempDir;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
-use std::collections::BTreeMap;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 /// A connection to the unix socket `path`, as the kubelet's gRPC client makes one.
@@ -28,19 +29,6 @@ pub async fn connect(path: &Path) -> Channel {
         }))
         .await
         .unwrap()
-}
-
-/// The API server's claims, by namespace/name.
-struct Claims_(BTreeMap<String, ResourceClaim>);
-
-#[tonic::async_trait]
-impl ClaimSource for Claims_ {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
-        self.0
-            .get(&format!("{namespace}/{name}"))
-            .cloned()
-            .ok_or_else(|| format!("resourceclaims.resource.k8s.io \"{name}\" not found"))
-    }
 }
 
 fn allocated(name: &str, uid: &str, pool: &str, device: &str) -> ResourceClaim {
@@ -92,19 +80,9 @@ impl Driver {
             sys: fx.root().clone(),
             node: "node-a".into(),
         });
-        let source = Claims_(
-            [
-                (
-                    "team/good".to_string(),
-                    allocated("good", "uid-good", "node-a", "mlx5-0-p1"),
-                ),
-                (
-                    "team/elsewhere".to_string(),
-                    allocated("elsewhere", "uid-else", "node-b", "mlx5-0-p1"),
-                ),
-            ]
-            .into(),
-        );
+        let api = FakeApi::default();
+        api.put_claim(allocated("good", "uid-good", "node-a", "mlx5-0-p1"));
+        api.put_claim(allocated("elsewhere", "uid-else", "node-b", "mlx5-0-p1"));
         let (health, health_rx) = watch::channel(NodeWatchResourcesResponse::default());
         let (registered_tx, registered) = watch::channel(None);
         let (stop, stopped) = watch::channel(false);
@@ -113,7 +91,7 @@ impl Driver {
         };
         let dra = DraService {
             claims,
-            source,
+            api: Arc::new(api),
             changed: Arc::new(tokio::sync::Notify::new()),
         };
         // A stale socket of a killed driver is replaced.
@@ -228,7 +206,7 @@ async fn the_dra_manager_prepares_and_unprepares_with_an_entry_per_claim() {
         "{}",
         out.claims["uid-gone"].error
     );
-    assert!(crate::dra::cdi::spec_path(&cfg.cdi_dir, "uid-good").exists());
+    assert!(crate::records::cdi::spec_path(&cfg.cdi_dir, "uid-good").exists());
     let again = d.node_prepare_resources(req).await.unwrap().into_inner();
     assert_eq!(again.claims["uid-good"], *good);
 
@@ -246,7 +224,7 @@ async fn the_dra_manager_prepares_and_unprepares_with_an_entry_per_claim() {
         ),
         ("", "")
     );
-    assert!(!crate::dra::cdi::spec_path(&cfg.cdi_dir, "uid-good").exists());
+    assert!(!crate::records::cdi::spec_path(&cfg.cdi_dir, "uid-good").exists());
     assert!(crate::attach::claim::ClaimStore::new(&cfg.data_dir)
         .load("uid-good")
         .unwrap()

@@ -1,6 +1,5 @@
 use super::*;
-use crate::attach::claim::{ClaimRef, DraDevice};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn claim() -> PreparedClaim {
     let device = |request: &str, name: &str| PreparedDevice {
@@ -16,6 +15,9 @@ fn claim() -> PreparedClaim {
         lock_key: "pci-0000:3b:00.0".into(),
         cdi_device_ids: vec![],
         attach: Default::default(),
+        umad: false,
+        rail: None,
+        pods: Vec::new(),
     };
     PreparedClaim {
         claim: ClaimRef {
@@ -25,7 +27,7 @@ fn claim() -> PreparedClaim {
         },
         pod_uids: vec!["pod-1".into()],
         devices: vec![device("rail0", "mlx5-0-p1"), device("rail1", "mlx5-1-p1")],
-        cdi_spec: None,
+        allocation: String::new(),
         written_by: None,
     }
 }
@@ -56,6 +58,31 @@ fn attachment(claim_uid: &str, device: &str) -> Attachment {
     serde_json::from_value(last).unwrap()
 }
 
+/// The status of claim uid-1 (prepared as `claim()`, or not prepared) with `atts` on the node
+/// and `failure` left by its last ADD.
+fn status_of(
+    prepared: Option<&PreparedClaim>,
+    atts: &[Attachment],
+    failure: Option<&AddFailure>,
+    now: &Time,
+) -> Vec<AllocatedDeviceStatus> {
+    let prepared: Vec<PreparedClaim> = prepared.into_iter().cloned().collect();
+    let failures: BTreeMap<String, AddFailure> = failure
+        .map(|f| ("uid-1".to_string(), f.clone()))
+        .into_iter()
+        .collect();
+    let written = [WrittenStatus {
+        claim: claim().claim,
+        entries: vec![],
+    }];
+    let all = facts(&prepared, &written, atts, &failures);
+    let one = all
+        .iter()
+        .find(|f| f.claim.uid == "uid-1")
+        .expect("uid-1's facts");
+    desired(one, now)
+}
+
 fn now() -> Time {
     Time("2026-12-03T10:00:00Z".parse().unwrap())
 }
@@ -69,7 +96,7 @@ fn an_attached_device_shows_its_interface_ips_mac_and_rdma_facts() {
         attachment("uid-1", "mlx5-0-p1"),
         attachment("uid-9", "mlx5-1-p1"),
     ];
-    let got = desired(&claim(), &atts, None, &now());
+    let got = status_of(Some(&claim()), &atts, None, &now());
     let json = serde_json::to_value(&got).unwrap();
     assert_eq!(
         json,
@@ -114,7 +141,7 @@ fn a_failed_add_shows_its_code_and_del_clears_the_entries() {
         code: 110,
         message: "parent ens1f0np0 is down".into(),
     };
-    let got = desired(&claim(), &[], Some(&failure), &now());
+    let got = status_of(Some(&claim()), &[], Some(&failure), &now());
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].device, "mlx5-1-p1");
     let c = &got[0].conditions.as_ref().unwrap()[0];
@@ -129,25 +156,34 @@ fn a_failed_add_shows_its_code_and_del_clears_the_entries() {
     );
     assert!(got[0].network_data.is_none());
 
-    let cleared = desired(&claim(), &[], None, &now());
+    let cleared = status_of(Some(&claim()), &[], None, &now());
     assert!(cleared.is_empty());
-    assert_eq!(apply_patch(&cleared)["status"], json!({"devices": []}));
-    assert_eq!(apply_patch(&got)["kind"], "ResourceClaim");
+    let patch = crate::dra::api::status_patch(&claim().claim, &cleared);
+    assert_eq!(patch["status"], json!({"devices": []}));
+    assert_eq!(
+        patch["metadata"]["uid"], "uid-1",
+        "the claim's UID, a precondition"
+    );
 }
 
 /// A reconcile that finds the same status, at another time, writes nothing; a changed one does.
 #[test]
 fn the_same_status_at_another_time_is_the_same() {
     let atts = [attachment("uid-1", "mlx5-0-p1")];
-    let a = desired(&claim(), &atts, None, &now());
-    let b = desired(
-        &claim(),
+    let a = status_of(Some(&claim()), &atts, None, &now());
+    let b = status_of(
+        Some(&claim()),
         &atts,
         None,
         &Time("2026-12-03T11:00:00Z".parse().unwrap()),
     );
     assert!(same(&a, &b));
     assert!(!same(&a, &[]));
-    let c = desired(&claim(), &[attachment("uid-1", "mlx5-1-p1")], None, &now());
+    let c = status_of(
+        Some(&claim()),
+        &[attachment("uid-1", "mlx5-1-p1")],
+        None,
+        &now(),
+    );
     assert!(!same(&a, &c));
 }

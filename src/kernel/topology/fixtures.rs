@@ -484,6 +484,48 @@ impl SysfsFixture {
         self.write_attr(dir.join("abi_version"), "4")
     }
 
+    /// A big node: `pfs` RoCE PFs (`0000:<10+i>:00.0`, netdev `enp<i>f0np0`, ib device
+    /// `mlx5_<i*(vfs+1)>`), each with `vfs` VFs that have their own netdev and ib device, as
+    /// 8 ConnectX PFs with 64 VFs each show; every port ACTIVE. No char devices: the inventory
+    /// does not need them.
+    pub fn roce_pfs_with_vfs(&self, pfs: u32, vfs: u32) -> io::Result<()> {
+        let mut ib = 0;
+        for i in 0..pfs {
+            let bus = 0x10 + i;
+            let upstream = format!("pci0000:{bus:02x}/0000:{bus:02x}:00.0");
+            let pf_bdf = format!("0000:{:02x}:00.0", bus + 1);
+            let pf = self.add_pci_function(&PciSpec::vf(&pf_bdf, &upstream, "mlx5_core"))?;
+            let mut vf_dirs = Vec::new();
+            for j in 0..=vfs {
+                let (dir, name) = match j {
+                    0 => (pf.clone(), format!("enp{i}f0np0")),
+                    _ => {
+                        let bdf = format!("0000:{:02x}:{:02x}.{}", bus + 1, j / 8, j % 8);
+                        let vf =
+                            self.add_pci_function(&PciSpec::vf(&bdf, &upstream, "mlx5_core"))?;
+                        vf_dirs.push(vf.clone());
+                        (vf, format!("enp{i}f0v{}", j - 1))
+                    }
+                };
+                let mac = format!("0c:42:a1:{:02x}:{:02x}:{:02x}", i, j >> 8, j & 0xff);
+                self.add_netdev(&NetdevSpec::ethernet(&name, 100 + ib, Some(&dir), &mac))?;
+                self.add_ib_device(&IbDeviceSpec {
+                    name: &format!("mlx5_{ib}"),
+                    parent: IbParentSpec::Device(&dir),
+                    node_type: "1: CA",
+                    node_guid: &format!("0c42:a103:00{i:02x}:{j:04x}"),
+                    sys_image_guid: "0c42:a103:0000:0000",
+                    fw_ver: "28.39.1002",
+                    ports: &[PortSpec::active("Ethernet", "200 Gb/sec (4X HDR)", 4, &[])],
+                })?;
+                ib += 1;
+            }
+            let refs: Vec<&Path> = vf_dirs.iter().map(PathBuf::as_path).collect();
+            self.add_sriov(&pf, vfs, &refs)?;
+        }
+        Ok(())
+    }
+
     /// (a) ConnectX RoCE PF `0000:3b:00.0` with two VFs.
     pub fn mlx5_roce_pf_with_vfs(&self) -> io::Result<()> {
         let (pf, vf0) = self.add_roce_pf_and_vfs()?;

@@ -1,4 +1,5 @@
-//! `rdma-ns-dra`: the DRA driver's binary (feature `dra`; see the library's `dra` module).
+//! `rdma-ns-dra`: the DRA driver's binary (feature `dra`; its logic is the library's `dra`
+//! module, its API calls `dra::api::KubeApi`).
 //!
 //! ```text
 //! rdma-ns-dra [--config FILE] [--node-name NAME] [--log-level LEVEL]
@@ -12,14 +13,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::{Api, Client};
+use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim, ResourceSlice};
+use kube::Client;
+use rdma_ns::dra::api::{ApiError, ClaimEvents, DriverApi, KubeApi};
 use rdma_ns::dra::claims::Claims;
 use rdma_ns::dra::config::DriverConfig;
 use rdma_ns::dra::daemon::Daemon;
-use rdma_ns::dra::plugin::{self, ClaimSource, DraService, HealthService, RegistrationService};
+use rdma_ns::dra::plugin::{self, DraService, HealthService, RegistrationService};
 use rdma_ns::dra::slices::Sharing;
 use rdma_ns::kernel::sysfs::SysRoot;
+use rdma_ns::records::claim::ClaimRef;
 use tokio::sync::{watch, Notify};
 
 const USAGE: &str = "usage: rdma-ns-dra [--config FILE] [--node-name NAME] [--log-level LEVEL]";
@@ -51,19 +54,6 @@ fn args() -> Result<Args, String> {
         }
     }
     Ok(out)
-}
-
-/// The API server's claims.
-struct ApiClaims(Client);
-
-#[tonic::async_trait]
-impl ClaimSource for ApiClaims {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
-        Api::<ResourceClaim>::namespaced(self.0.clone(), namespace)
-            .get(name)
-            .await
-            .map_err(|e| e.to_string())
-    }
 }
 
 fn main() -> ExitCode {
@@ -122,15 +112,52 @@ fn main() -> ExitCode {
 
 /// Claims read from `<dir>/<namespace>/<name>.json` in place of the API server: the seam of
 /// the tests that kill the driver while the kubelet prepares (debug builds only, like
-/// RDMA_NS_SYSFS_ROOT; a release build never reads it).
+/// RDMA_NS_SYSFS_ROOT; a release build never reads it). It serves claims and nothing else.
 struct FileClaims(PathBuf);
 
+fn not_served(what: &str) -> ApiError {
+    ApiError::Failed {
+        what: what.into(),
+        message: "claims come from files here (RDMA_NS_DRA_TEST_CLAIMS)".into(),
+    }
+}
+
 #[tonic::async_trait]
-impl ClaimSource for FileClaims {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+impl DriverApi for FileClaims {
+    async fn claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ApiError> {
         let path = self.0.join(namespace).join(format!("{name}.json"));
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+        let failed = |message: String| ApiError::Failed {
+            what: format!("ResourceClaim {namespace}/{name}"),
+            message,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| failed(format!("{}: {e}", path.display())))?;
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("{}: {e}", path.display())))
+    }
+    async fn node_uid(&self, _: &str) -> Result<String, ApiError> {
+        Err(not_served("Node"))
+    }
+    async fn slices(&self, _: &str) -> Result<Vec<ResourceSlice>, ApiError> {
+        Err(not_served("ResourceSlices"))
+    }
+    async fn create_slice(&self, _: &ResourceSlice) -> Result<ResourceSlice, ApiError> {
+        Err(not_served("ResourceSlices"))
+    }
+    async fn replace_slice(&self, _: &ResourceSlice) -> Result<ResourceSlice, ApiError> {
+        Err(not_served("ResourceSlices"))
+    }
+    async fn delete_slice(&self, _: &str) -> Result<(), ApiError> {
+        Err(not_served("ResourceSlices"))
+    }
+    async fn apply_status(
+        &self,
+        _: &str,
+        _: &ClaimRef,
+        _: &[AllocatedDeviceStatus],
+    ) -> Result<(), ApiError> {
+        Err(not_served("claim status"))
+    }
+    fn watch_claim(&self, _: &str, _: &str) -> ClaimEvents {
+        Box::pin(tokio_stream::empty())
     }
 }
 
@@ -144,11 +171,12 @@ fn test_claims() -> Option<PathBuf> {
 
 async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
     if let Some(dir) = test_claims() {
-        return serve_only(cfg, node, FileClaims(dir)).await;
+        return serve_only(cfg, node, Arc::new(FileClaims(dir))).await;
     }
     let client = Client::try_default().await.map_err(|e| {
         format!("connecting to the API server (service account or KUBECONFIG): {e}")
     })?;
+    let api: Arc<dyn DriverApi> = Arc::new(KubeApi(client));
     let claims = Arc::new(Claims {
         cfg: cfg.clone(),
         sys: SysRoot::from_env(),
@@ -166,7 +194,7 @@ async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
         .map_err(|e| format!("binding {}: {e}", cfg.registration_socket().display()))?;
     let dra = DraService {
         claims: claims.clone(),
-        source: ApiClaims(client.clone()),
+        api: api.clone(),
         changed: wake.clone(),
     };
     let stopped = |mut s: watch::Receiver<bool>| async move {
@@ -188,12 +216,13 @@ async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
         stopped(stop.clone()),
     ));
     let daemon = Daemon {
-        node: Daemon::node_ref(&client, &node).await,
-        client,
+        node: Daemon::node_ref(api.as_ref(), &node).await,
+        api,
         claims,
         sharing: Sharing::MultipleAllocations,
         health: health_tx,
-        written: Default::default(),
+        statuses: Default::default(),
+        pods: Default::default(),
     };
     rdma_ns::log_info!(
         "rdma-ns-dra on node {node}: serving {}",
@@ -214,7 +243,7 @@ async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
 async fn serve_only(
     cfg: DriverConfig,
     node: String,
-    source: impl ClaimSource,
+    api: Arc<dyn DriverApi>,
 ) -> Result<(), String> {
     let claims = Arc::new(Claims {
         cfg: cfg.clone(),
@@ -228,7 +257,7 @@ async fn serve_only(
     let reg_listener = plugin::bind(&cfg.registration_socket()).map_err(|e| e.to_string())?;
     let dra = DraService {
         claims,
-        source,
+        api,
         changed: Arc::new(Notify::new()),
     };
     let mut s1 = stop.clone();

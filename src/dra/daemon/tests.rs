@@ -1,0 +1,258 @@
+//! The daemon's passes against the fake API server (dra/api/fake.rs): what it publishes and
+//! how often it writes, the pods of a claim, and the claims' status through unprepare and a
+//! claim made again.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::json;
+
+use super::*;
+use crate::dra::api::fake::FakeApi;
+use crate::dra::config::DriverConfig;
+use crate::kernel::topology::fixtures::SysfsFixture;
+use crate::testutil::TempDir;
+
+struct Node {
+    _tmp: TempDir,
+    fx: SysfsFixture,
+    api: Arc<FakeApi>,
+    daemon: Daemon,
+}
+
+fn node(fx: SysfsFixture, api: FakeApi) -> Node {
+    let tmp = TempDir::new("dra-daemon");
+    let cfg = DriverConfig {
+        data_dir: tmp.path().join("data"),
+        cdi_dir: tmp.path().join("cdi"),
+        kubelet_dir: tmp.path().join("kubelet"),
+        ..DriverConfig::default()
+    };
+    let api = Arc::new(api);
+    let daemon = Daemon {
+        api: api.clone(),
+        claims: Arc::new(Claims {
+            cfg,
+            sys: fx.root().clone(),
+            node: "node-a".into(),
+        }),
+        node: NodeRef {
+            name: "node-a".into(),
+            uid: Some("6b1f0c1e-0000-4000-8000-000000000001".into()),
+        },
+        sharing: Sharing::MultipleAllocations,
+        health: watch::channel(Default::default()).0,
+        statuses: Default::default(),
+        pods: Default::default(),
+    };
+    Node {
+        _tmp: tmp,
+        fx,
+        api,
+        daemon,
+    }
+}
+
+fn writes(calls: &[String]) -> Vec<&String> {
+    calls
+        .iter()
+        .filter(|c| !c.starts_with("list ") && !c.starts_with("get ") && !c.starts_with("watch "))
+        .collect()
+}
+
+/// A node's pool published over several slices, all of one generation; a pass that finds
+/// nothing new writes nothing; a device gone moves every slice to the next generation, and a
+/// slice the pool no longer needs is deleted.
+#[tokio::test]
+async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation() {
+    let fx = SysfsFixture::new().unwrap();
+    fx.roce_pfs_with_vfs(2, 64).unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "N")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    n.daemon.reconcile().await.unwrap();
+    let stored = n.api.stored_slices();
+    assert_eq!(stored.len(), 2, "130 devices: two slices");
+    assert!(stored.values().all(|s| s.spec.pool.generation == 0));
+    let first = n.api.calls().len();
+    n.daemon.reconcile().await.unwrap();
+    let again: Vec<String> = n.api.calls()[first..].to_vec();
+    assert!(writes(&again).is_empty(), "{again:?}");
+
+    // The ib devices of two VFs of the second PF go away: 128 devices, one slice.
+    for ib in ["mlx5_128", "mlx5_129"] {
+        std::fs::remove_file(n.fx.path().join("class/infiniband").join(ib)).unwrap();
+    }
+    n.daemon.reconcile().await.unwrap();
+    let stored = n.api.stored_slices();
+    assert_eq!(stored.keys().collect::<Vec<_>>(), ["node-a.rdma-ns.io"]);
+    let s = &stored["node-a.rdma-ns.io"];
+    assert_eq!(
+        (s.spec.pool.generation, s.spec.pool.resource_slice_count),
+        (1, 1)
+    );
+    assert_eq!(s.spec.devices.as_ref().unwrap().len(), 128);
+}
+
+/// A server without consumable capacity drops `allowMultipleAllocations`: the next write
+/// offers each shared device `sharesPerDevice` times, and the daemon keeps to that.
+#[tokio::test]
+async fn a_server_that_drops_sharing_gets_shares() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let mut api = FakeApi::default();
+    api.drops_sharing = true;
+    let mut n = node(fx, api);
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.daemon.sharing, Sharing::Replicas(16));
+    let names: Vec<String> = n
+        .api
+        .stored_slices()
+        .values()
+        .flat_map(|s| s.spec.devices.clone().unwrap_or_default())
+        .map(|d| d.name)
+        .collect();
+    assert!(names.contains(&"mlx5-0-p1-s15".to_string()), "{names:?}");
+}
+
+fn allocated(uid: &str, pods: &[&str]) -> ResourceClaim {
+    let reserved: Vec<_> = pods
+        .iter()
+        .map(|p| json!({"resource": "pods", "name": p, "uid": p}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "team", "name": "shared-rdma", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"deviceClassName": "rdma-ns-roce"}}]}},
+        "status": {
+            "allocation": {"devices": {"results": [
+                {"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1"}
+            ]}},
+            "reservedFor": reserved
+        }
+    }))
+    .unwrap()
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 2 s");
+}
+
+/// §4 of issue 39: a pod the scheduler added to a prepared claim's `reservedFor` (the kubelet
+/// prepares a claim once per node) is written into the claim's record, from the claim's watch;
+/// a pod that left goes; a claim made again under the name is another's.
+#[tokio::test]
+async fn a_pod_added_to_a_prepared_claim_is_written_into_its_record() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    let uid = "0d6b5c1e-aaaa-4bbb-8ccc-000000000001";
+    n.api.put_claim(allocated(uid, &["pod-1"]));
+    n.daemon
+        .claims
+        .prepare(&allocated(uid, &["pod-1"]))
+        .unwrap();
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.daemon.pods.len(), 1);
+    let store = ClaimStore::new(&n.daemon.claims.cfg.data_dir);
+    let pods = || store.load(uid).unwrap().unwrap().pod_uids;
+    n.api.put_claim(allocated(uid, &["pod-1", "pod-2"]));
+    eventually("pod-2 in the record", || pods() == ["pod-1", "pod-2"]).await;
+    n.api.put_claim(allocated(uid, &["pod-2"]));
+    eventually("pod-1 gone from the record", || pods() == ["pod-2"]).await;
+    // A claim made again under the name: its pods are not this record's.
+    n.api.put_claim(allocated(
+        "9f9f9f9f-0000-4000-8000-000000000009",
+        &["pod-7"],
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(pods(), ["pod-2"]);
+    n.daemon.claims.unprepare(uid).unwrap();
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.daemon.pods.len(), 0, "no watch for an unprepared claim");
+}
+
+/// An attachment record of claim `uid`'s mlx5-0-p1, as the CNI writes it, under `data`.
+fn attach(data: &std::path::Path, uid: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/attach/testdata/records-schema-2/macvlan/c1:net1.json"
+    ))
+    .unwrap();
+    let mut rec: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    rec["conf"] = json!({"cniVersion": "1.1.0", "name": "cn", "type": "rdma-ns",
+        "draDevice": {"claim": {"namespace": "team", "name": "shared-rdma", "uid": uid},
+                      "request": "rdma", "pool": "node-a", "device": "mlx5-0-p1", "netdev": "ens1f0np0"}});
+    std::fs::create_dir_all(data.join("cn")).unwrap();
+    let path = data.join("cn/c1:net1.json");
+    std::fs::write(&path, format!("{rec}\n")).unwrap();
+    path
+}
+
+/// §8 of issue 39: the entries go when the pod's attachment goes, also when unprepare came
+/// first and the driver restarted in between; a claim deleted and made again under the same
+/// name never gets the old pod's entries (the claim's UID is each write's precondition).
+#[tokio::test]
+async fn status_entries_go_with_the_attachment_and_never_reach_a_claim_made_again() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    let uid = "0d6b5c1e-aaaa-4bbb-8ccc-000000000001";
+    let data = n.daemon.claims.cfg.data_dir.clone();
+    n.api.put_claim(allocated(uid, &["pod-1"]));
+    n.daemon
+        .claims
+        .prepare(&allocated(uid, &["pod-1"]))
+        .unwrap();
+    let record = attach(&data, uid);
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.api.status_of("team", "shared-rdma").len(), 1);
+
+    // Unprepare first, and a driver restart: the attachment still holds the entry.
+    n.daemon.claims.unprepare(uid).unwrap();
+    n.daemon.statuses = Default::default();
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.api.status_of("team", "shared-rdma").len(), 1);
+    // Then DEL: the entry goes, and so does the note of it.
+    std::fs::remove_file(&record).unwrap();
+    n.daemon.reconcile().await.unwrap();
+    assert!(n.api.status_of("team", "shared-rdma").is_empty());
+    let store = ClaimStore::new(&data);
+    assert!(store.written_statuses().0.is_empty());
+
+    // The claim deleted and made again under its name, while the old pod's attachment (of the
+    // old UID) is still on the node.
+    n.api.put_claim(allocated(uid, &["pod-1"]));
+    n.daemon
+        .claims
+        .prepare(&allocated(uid, &["pod-1"]))
+        .unwrap();
+    attach(&data, uid);
+    n.daemon.reconcile().await.unwrap();
+    assert_eq!(n.api.status_of("team", "shared-rdma").len(), 1);
+    n.api.delete_claim("team", "shared-rdma");
+    let again = "9f9f9f9f-0000-4000-8000-000000000009";
+    n.api.put_claim(allocated(again, &["pod-2"]));
+    n.daemon.statuses = Default::default();
+    n.daemon.reconcile().await.unwrap();
+    assert!(
+        n.api.status_of("team", "shared-rdma").is_empty(),
+        "the new claim got none"
+    );
+    assert!(store.written_statuses().0.is_empty());
+    let before = n.api.calls().len();
+    n.daemon.reconcile().await.unwrap();
+    let applies = n.api.calls()[before..]
+        .iter()
+        .filter(|c| c.starts_with("apply status"))
+        .count();
+    assert_eq!(applies, 0, "a replaced claim is not written again");
+}

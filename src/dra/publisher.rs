@@ -1,0 +1,78 @@
+//! Publishing the node's pool: the slices [`slices::desired_slices`] derives from the
+//! inventory, written through the API seam when they differ from what the server holds.
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+
+use crate::dra::api::{ApiError, DriverApi};
+use crate::dra::config::DriverConfig;
+use crate::dra::inventory::InvDevice;
+use crate::dra::slices::{self, NodeRef, Sharing};
+
+/// Makes the node's pool what `devices` say, shared devices offered by `sharing`; returns the
+/// sharing to use from now on (a server that dropped `allowMultipleAllocations` gets shares).
+pub async fn publish(
+    api: &dyn DriverApi,
+    node: &NodeRef,
+    devices: &[InvDevice],
+    cfg: &DriverConfig,
+    sharing: Sharing,
+) -> Result<Sharing, ApiError> {
+    let desired = slices::desired_slices(node, devices, cfg, sharing);
+    let stored = api.slices(&node.name).await?;
+    let kept = if slices::same_pool(&desired, &stored) {
+        stored
+    } else {
+        write_pool(api, desired.clone(), &stored).await?
+    };
+    if sharing == Sharing::MultipleAllocations && !slices::server_kept_sharing(&desired, &kept) {
+        let n = cfg.shares_per_device;
+        crate::log_warn!(
+            "the API server dropped allowMultipleAllocations (no consumable capacity, KEP-5075): \
+             publishing each shared device {n} times instead"
+        );
+        let replicas = Sharing::Replicas(n);
+        return Box::pin(publish(api, node, devices, cfg, replicas)).await;
+    }
+    Ok(sharing)
+}
+
+/// Writes every slice of `desired` with the pool's next generation, and deletes the stored
+/// slices it no longer has; returns the slices as the server stored them.
+async fn write_pool(
+    api: &dyn DriverApi,
+    desired: Vec<ResourceSlice>,
+    stored: &[ResourceSlice],
+) -> Result<Vec<ResourceSlice>, ApiError> {
+    let generation = stored
+        .iter()
+        .map(|s| s.spec.pool.generation)
+        .max()
+        .map_or(0, |g| g + 1);
+    let mut written = Vec::new();
+    for mut slice in desired {
+        slice.spec.pool.generation = generation;
+        let current = stored
+            .iter()
+            .find(|s| s.metadata.name == slice.metadata.name);
+        written.push(match current {
+            Some(cur) => {
+                slice.metadata.resource_version = cur.metadata.resource_version.clone();
+                api.replace_slice(&slice).await?
+            }
+            None => api.create_slice(&slice).await?,
+        });
+    }
+    for old in stored {
+        let name = old.metadata.name.clone().unwrap_or_default();
+        if !written
+            .iter()
+            .any(|w| w.metadata.name.as_deref() == Some(&name))
+        {
+            match api.delete_slice(&name).await {
+                Ok(()) | Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(written)
+}
