@@ -30,16 +30,6 @@ pub mod publisher;
 pub mod slices;
 pub mod status;
 
-/// Debug builds kill the driver at a named point (`RDMA_NS_TEST_KILL_AT`), as the CNI's steps
-/// do: the tests that kill it at every point of a prepare, unprepare or status write.
-pub(crate) fn kill_point(name: &str) {
-    #[cfg(debug_assertions)]
-    if std::env::var("RDMA_NS_TEST_KILL_AT").is_ok_and(|v| v == name) {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-    let _ = name;
-}
-
 /// The kubelet's gRPC APIs, compiled from proto/ (k8s.io/kubelet v0.37.2) by build.rs.
 pub mod proto {
     /// `pluginregistration` (v1): GetInfo, NotifyRegistrationStatus.

@@ -51,6 +51,7 @@ fn prepare(data: &DataDir, netdev: &str) {
             uid: "c1a1-uid".into(),
         },
         pod_uids: vec![POD_UID.into()],
+        extended_resource: false,
         devices: vec![device],
         allocation: String::new(),
         written_by: None,
@@ -375,4 +376,90 @@ fn gc_through_libcni_keeps_every_attachment_the_runtime_lists() {
     libcni(&data, &path, "gc", &[]);
     assert!(live.link("net1").is_none());
     assert!(attachments(&data).is_empty());
+}
+
+/// The claim's record and spec as they are on disk, by path under the data dir.
+fn claim_files(data: &DataDir) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dir in [data.path().join("state/_claims"), data.path().join("cdi")] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_file() && !name.starts_with('.') {
+                out.push((name, std::fs::read_to_string(e.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// An ADD killed anywhere, then the two DELs a runtime sends: no net1, no attachment, and the
+/// claim's record and spec as a finished DEL leaves them.
+fn assert_released(ns: &TestNetns, data: &DataDir, after_del: &[(String, String)], when: &str) {
+    assert!(ns.link("net1").is_none(), "{when}: net1 left in the pod");
+    assert!(
+        attachments(data).is_empty(),
+        "{when}: {:?}",
+        attachments(data)
+    );
+    assert_eq!(claim_files(data), after_del, "{when}");
+}
+
+/// Issue 39 §10: the plugin killed while it reports the pod to its claim (after the claim's
+/// record took the report, after the spec did) and at random instants of a claim's ADD. The
+/// runtime's DELs then leave the claim as an unkilled ADD and DEL leave it, and an ADD again
+/// writes what an unkilled ADD writes.
+#[test]
+fn an_add_killed_while_it_reports_to_its_claim_leaves_the_claim_clean_after_del() {
+    let veth = Veth::new();
+    let ns = TestNetns::new();
+    let data = DataDir::new();
+    prepare(&data, &veth.nic);
+    let c = conf(&data, json!(true), "10.82.0.2/24");
+    let call = |command: &str| {
+        let mut call = Call::new(command, "ctr-kill", &ns.path(), "net1");
+        call.args = args(POD_UID);
+        call
+    };
+    let started = std::time::Instant::now();
+    call("ADD").run(&c).ok();
+    let took = started.elapsed();
+    let after_add = claim_files(&data);
+    call("DEL").run(&c).ok();
+    let after_del = claim_files(&data);
+    assert_ne!(
+        after_add, after_del,
+        "ADD reports the pod, DEL takes it back"
+    );
+    for point in ["claim-report-record", "claim-report-spec"] {
+        let killed = call("ADD").env("RDMA_NS_TEST_KILL_AT", point).run(&c);
+        assert_eq!(killed.code, -1, "{point}: {}", killed.stdout);
+        for _ in 0..2 {
+            call("DEL").run(&c).ok();
+        }
+        assert_released(&ns, &data, &after_del, point);
+        call("ADD").run(&c).ok();
+        assert_eq!(claim_files(&data), after_add, "{point}: the ADD after");
+        call("DEL").run(&c).ok();
+    }
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ u64::from(std::process::id());
+    for round in 0..20 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let at = std::time::Duration::from_micros(rng % (2 * took.as_micros() as u64 + 1));
+        let mut child = call("ADD").spawn(&c);
+        std::thread::sleep(at);
+        let _ = child.kill();
+        let _ = child.wait();
+        for _ in 0..2 {
+            call("DEL").run(&c).ok();
+        }
+        assert_released(
+            &ns,
+            &data,
+            &after_del,
+            &format!("round {round}, killed at {at:?}"),
+        );
+    }
 }

@@ -404,3 +404,100 @@ impl Node {
         self.start_with(&[("RDMA_NS_TEST_KILL_AT", point)])
     }
 }
+
+/// What the CNI's ADD of a pod leaves in a prepared claim: an attachment record naming the
+/// claim's device, and the pod's report (a renumbered node, its variables) in the claim's record
+/// and spec, written as the plugin writes them (records::cdi::update).
+fn attach_a_pod(node: &Node) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/attach/testdata/records-schema-2/macvlan/c1:net1.json"
+    ))
+    .unwrap();
+    let mut rec: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    rec["conf"] = json!({"cniVersion": "1.1.0", "name": "cn", "type": "rdma-ns",
+        "draDevice": {"claim": {"namespace": "team", "name": "trainer", "uid": UID},
+                      "request": "rdma", "pool": "node-a", "device": "mlx5-0-p1", "netdev": "ens1f0np0"}});
+    let data = node.dir.join("data");
+    std::fs::create_dir_all(data.join("cn")).unwrap();
+    std::fs::write(data.join("cn/c1:net1.json"), format!("{rec}\n")).unwrap();
+    let report = rdma_ns::records::cdi::PodReport {
+        attachment: "cn/c1:net1".into(),
+        pod_uid: Some("pod-1".into()),
+        ibdev: None,
+        nodes: vec![rdma_ns::records::cdi::DeviceNode {
+            path: "/dev/infiniband/uverbs7".into(),
+            kind: "c".into(),
+            major: 231,
+            minor: 199,
+            permissions: "rw".into(),
+        }],
+        env: vec!["NCCL_IB_GID_INDEX=3".into()],
+    };
+    let sys = rdma_ns::kernel::sysfs::SysRoot::new(&node.fx_root);
+    rdma_ns::records::cdi::update(&data, &node.dir.join("cdi"), &sys, UID, |c| {
+        c.devices[0].pods.push(report)
+    })
+    .unwrap();
+}
+
+/// Issue 39 §2 and §10: the kubelet prepares a claim again after its restart, while the pod's
+/// ADD has put what the pod got into the claim's spec. That second prepare, killed at random
+/// instants and at its named point, and retried, answers as the first did and leaves every
+/// file byte for byte as the ADD left it: the pod keeps its device.
+#[tokio::test]
+async fn a_second_prepare_killed_anywhere_changes_nothing_the_pods_add_wrote() {
+    let node = Node::new("dra-reprepare-kills");
+    let driver = node.start();
+    let reference = prepare(&node).await.unwrap();
+    assert_eq!(reference.error, "");
+    attach_a_pod(&node);
+    let after_add = node.files();
+    assert!(
+        after_add
+            .iter()
+            .any(|(p, t)| p.starts_with("cdi/") && t.contains("uverbs7")),
+        "{after_add:?}"
+    );
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        assert_eq!(prepare(&node).await.unwrap(), reference);
+        times.push(started.elapsed().as_micros() as u64);
+        assert_same_files(&node.files(), &after_add, "an unkilled second prepare");
+    }
+    kill(driver);
+    let window = 2 * median(times) + 1;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}, a second prepare took {} us", window / 2);
+    let mut rng = Rng(seed);
+    let mut cut = 0;
+    for round in 0..40 {
+        let at = Duration::from_micros(rng.below(window));
+        cut += usize::from(kill_during(node.start(), at, prepare_at(node.socket())).await);
+        let driver = node.start();
+        assert_eq!(prepare(&node).await.unwrap(), reference, "round {round}");
+        assert_same_files(
+            &node.files(),
+            &after_add,
+            &format!("round {round}: killed at {at:?}"),
+        );
+        kill(driver);
+    }
+    let mut driver = node.start_killed_at("dra-reprepare");
+    assert!(
+        prepare(&node).await.is_err(),
+        "the call dies with the driver"
+    );
+    let _ = driver.0.wait();
+    let driver = node.start();
+    assert_eq!(prepare(&node).await.unwrap(), reference);
+    assert_same_files(&node.files(), &after_add, "killed at dra-reprepare");
+    eprintln!("{cut} of 40 second prepares cut off by the kill");
+    assert!(cut > 0, "no kill landed during a second prepare");
+    kill(driver);
+}

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use vm_support::{
     both_ok, in_pod, json_of, kernel_release, kernel_version, probe_bin, probe_exchange_args,
     rdma_cm_listening, record, record_exists, require_per_netns_rxe, require_vm, run, run_in,
-    server_and_client, tcp_listening, text, verbs_gid_index, Exclusive,
+    server_and_client, tcp_listening, text, verbs_gid_index, Exclusive, VethPair,
 };
 
 /// The network of every attachment here (the record's directory in the state dir).
@@ -109,27 +109,6 @@ impl Drop for Pod {
         let _ = Command::new("ip")
             .args(["netns", "delete", self.netns])
             .output();
-    }
-}
-
-/// A veth pair in the host whose ends move into two pods (or one, the other staying home).
-struct VethPair(&'static str, &'static str);
-
-impl VethPair {
-    /// `b` is up: rxe's port follows `a`'s carrier, which needs its peer up, and pod a's ADD
-    /// waits for the port before pod b's moves `b`.
-    fn new(a: &'static str, b: &'static str) -> VethPair {
-        run("ip", &["link", "add", a, "type", "veth", "peer", "name", b]);
-        run("ip", &["link", "set", b, "up"]);
-        VethPair(a, b)
-    }
-}
-
-impl Drop for VethPair {
-    fn drop(&mut self) {
-        for end in [self.0, self.1] {
-            let _ = Command::new("ip").args(["link", "del", end]).output();
-        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! the attachment record, whose `conf.draDevice` names the claim; a failed ADD leaves
 //! `_claims/<claim UID>.add-error.json`.
 
+pub mod extended;
 pub mod kubelet;
 pub mod report;
 

@@ -146,7 +146,13 @@ impl Plugin for RdmaNs {
         let req = &claim::for_interface(req, &wanted);
         let (req, dra) = match claim::resolve_add(req, &claims) {
             Ok(Some(found)) => found,
-            Ok(None) => return self.add_resolved(req),
+            Ok(None) => {
+                let added = self.add_resolved(req)?;
+                if let Err(e) = self.tie_to_extended_claim(req, &wanted, &claims) {
+                    return Err(self.undo_add(req, e));
+                }
+                return Ok(added);
+            }
             Err(Error::NoPreparedClaim(why)) if wanted.optional => {
                 crate::log_info!("{why}; passing the previous result through (dra.optional)");
                 return Ok(req.conf.prev_result.clone().unwrap_or_default());
@@ -227,7 +233,46 @@ impl RdmaNs {
             data_dir: &data_dir,
             cdi_dir: &wanted.cdi_dir,
         };
-        claim::report::report_add(&SysRoot::from_env(), &dirs, &att, dra, &[])
+        let sys = SysRoot::from_env();
+        let env = match &req.env.netns {
+            Some(netns) => claim::report::pod_variables(netns, &sys, &dev_dir()),
+            None => Vec::new(),
+        };
+        claim::report::report_pod(&sys, &dirs, &store, &att, dra, &env)
+    }
+
+    /// After an ADD of a conf that names no claim: the pod's extended-resource claim's device on
+    /// the same netdev (claim/extended.rs), named in the record and reported to the claim.
+    fn tie_to_extended_claim(
+        &self,
+        req: &Request,
+        wanted: &claim::DraConf,
+        claims: &claim::ClaimStore,
+    ) -> Result<()> {
+        let Some(pod_uid) = req.env.args.get("K8S_POD_UID").filter(|u| !u.is_empty()) else {
+            return Ok(());
+        };
+        let data_dir = config::data_dir(&req.conf)?;
+        let store = Store::new(&data_dir);
+        let env = &req.env;
+        let Some(mut att) = store.load(&req.conf.name, &env.container_id, &env.ifname)? else {
+            return Ok(());
+        };
+        let found = claim::extended::device_of(claims, &wanted.kubelet_dir, pod_uid, &att)?;
+        let Some(dra) = found else {
+            return Ok(());
+        };
+        let named = serde_json::to_value(&dra).map_err(|e| Error::State(e.to_string()))?;
+        if let Some(conf) = att.conf.as_mut().and_then(|c| c.as_object_mut()) {
+            conf.insert("draDevice".into(), named);
+        }
+        store.update(&att)?;
+        crate::log_info!(
+            "{}: the device of extended-resource claim {}",
+            att.id(),
+            dra.claim
+        );
+        self.report_to_claim(req, wanted, &dra)
     }
 
     /// Before DEL: the attachment's report out of its claim's CDI spec, if it has one.

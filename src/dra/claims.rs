@@ -28,7 +28,9 @@ use crate::error::{Error, Result};
 use crate::kernel::sysfs::SysRoot;
 use crate::records::attachment::RawMode;
 use crate::records::cdi;
-use crate::records::claim::{is_attach_field, ClaimRef, ClaimStore, PreparedClaim, PreparedDevice};
+use crate::records::claim::{
+    is_attach_field, ClaimRef, ClaimStore, PreparedClaim, PreparedDevice, EXTENDED_RESOURCE_CLAIM,
+};
 use crate::records::store::Store;
 
 /// How long prepare waits for a device an ADD holds.
@@ -63,7 +65,7 @@ impl Claims {
             .load(&claim_ref.uid)?
             .filter(|r| r.allocation == allocation)
         {
-            crate::dra::kill_point("dra-reprepare");
+            crate::records::kill_point("dra-reprepare");
             cdi::write(
                 &self.cfg.cdi_dir,
                 &recorded.claim.uid,
@@ -111,8 +113,14 @@ impl Claims {
             });
         }
         refuse_repeated_names(&claim_ref, &devices)?;
+        let extended = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(EXTENDED_RESOURCE_CLAIM));
         Ok(PreparedClaim {
             pod_uids: pod_uids(claim),
+            extended_resource: extended.is_some_and(|v| v == "true"),
             claim: claim_ref,
             devices,
             allocation,
@@ -135,10 +143,10 @@ impl Claims {
             .map(|k| store.lock_device(k, LOCK_TIMEOUT))
             .collect::<Result<Vec<_>>>()?;
         self.claim_store().save(prepared)?;
-        crate::dra::kill_point("dra-record");
+        crate::records::kill_point("dra-record");
         let spec = cdi::render(prepared, &self.sys)?;
         cdi::write(&self.cfg.cdi_dir, &prepared.claim.uid, &spec)?;
-        crate::dra::kill_point("dra-cdi");
+        crate::records::kill_point("dra-cdi");
         Ok(())
     }
 
@@ -150,7 +158,7 @@ impl Claims {
             let claims = self.claim_store();
             let _claim = claims.lock(uid)?;
             cdi::remove(&self.cfg.cdi_dir, uid)?;
-            crate::dra::kill_point("dra-uncdi");
+            crate::records::kill_point("dra-uncdi");
             claims.remove(uid)?;
         }
         // The claim's lock file and its devices' go with it, unless someone holds them. A sweep

@@ -294,7 +294,7 @@ impl StatusWriter {
                 entries,
             };
             claims.note_written_status(&note).map_err(failed)?;
-            crate::dra::kill_point("dra-status");
+            crate::records::kill_point("dra-status");
         }
         match api.apply_status(node, claim, want).await {
             Ok(()) => {

@@ -353,7 +353,9 @@ pub fn update(
     if claim != before {
         claims.save(&claim)?;
     }
+    crate::records::kill_point("claim-report-record");
     write(cdi_dir, uid, &render(&claim, sys)?)?;
+    crate::records::kill_point("claim-report-spec");
     Ok(())
 }
 
@@ -397,6 +399,7 @@ mod tests {
                 uid: "0d6b".into(),
             },
             pod_uids: Vec::new(),
+            extended_resource: false,
             devices,
             allocation: String::new(),
             written_by: None,

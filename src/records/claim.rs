@@ -32,6 +32,10 @@ pub const CLAIMS_DIR: &str = "_claims";
 /// the attribute's value to the CNI as `deviceID` (multus-cni#1492).
 pub const DEVICE_ID_PREFIX: &str = "rdma-ns:";
 
+/// The annotation of the claim the scheduler makes for a pod's extended resources backed by
+/// DRA (k8s.io/api resource/v1 `ExtendedResourceClaimAnnotation`).
+pub const EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resource-claim";
+
 /// Who may set a key of the driver's opaque config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setter {
@@ -160,6 +164,11 @@ pub struct PreparedClaim {
     /// prepare).
     #[serde(default)]
     pub pod_uids: Vec<String>,
+    /// The scheduler made the claim for a pod's extended resources (a DeviceClass's
+    /// `extendedResourceName`, annotation [`EXTENDED_RESOURCE_CLAIM`]): the pod was written for
+    /// a device plugin, and its networks name no claim.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub extended_resource: bool,
     pub devices: Vec<PreparedDevice>,
     /// What the claim's allocation was when it was prepared (its results and config, this
     /// driver's): a second prepare of the same allocation answers from the record.

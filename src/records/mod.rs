@@ -17,3 +17,14 @@ pub mod claim;
 pub mod lock;
 pub(crate) mod lock_file;
 pub mod store;
+
+/// Debug builds SIGKILL themselves at a named point when `RDMA_NS_TEST_KILL_AT` names it: the
+/// tests that kill the driver or the plugin between two writes of a record. Release builds
+/// never read the variable.
+pub fn kill_point(name: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("RDMA_NS_TEST_KILL_AT").is_ok_and(|v| v == name) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = name;
+}

@@ -374,7 +374,7 @@ build() {
     say "building test targets: ${targets[*]}"
     local args=()
     for tgt in "${targets[@]}"; do args+=(--test "$tgt"); done
-    (cd "$repo" && cargo test --no-run --features verbs --message-format=json-render-diagnostics "${args[@]}") \
+    (cd "$repo" && cargo test --no-run --features verbs,dra --message-format=json-render-diagnostics "${args[@]}") \
         >"$results/test-build.json" || die "cargo test --no-run failed"
     local k n t e
     while read -r k n t e; do

@@ -427,6 +427,27 @@ impl Drop for Exclusive {
     }
 }
 
+/// A veth pair in the host whose ends move into two pods (or one, the other staying home).
+pub struct VethPair(pub &'static str, pub &'static str);
+
+impl VethPair {
+    /// `b` is up: rxe's port follows `a`'s carrier, which needs its peer up, and pod a's ADD
+    /// waits for the port before pod b's moves `b`.
+    pub fn new(a: &'static str, b: &'static str) -> VethPair {
+        run("ip", &["link", "add", a, "type", "veth", "peer", "name", b]);
+        run("ip", &["link", "set", b, "up"]);
+        VethPair(a, b)
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for end in [self.0, self.1] {
+            let _ = Command::new("ip").args(["link", "del", end]).output();
+        }
+    }
+}
+
 /// A TCP socket listens on `port` in the netns `pod` (`ss`).
 pub fn tcp_listening(pod: &str, port: u16) -> bool {
     let filter = format!("sport = :{port}");

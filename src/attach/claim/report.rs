@@ -8,7 +8,11 @@
 //!   claim's device itself (shared netns mode). They are read from the host's sysfs: the
 //!   `infiniband_verbs` and `infiniband_mad` classes are not tagged by netns, so a moved
 //!   device's nodes show there too.
-//! - The pod's NCCL and UCX variables, as `rdma-ns env` computes them (given by the caller).
+//! - The pod's NCCL and UCX variables, as `rdma-ns env` computes them in the pod
+//!   ([`pod_variables`]): every container of the pod then starts with them, an image without
+//!   rdma-ns in it too. Each ADD of a sandbox's networks computes them for the whole pod and
+//!   gives them to every claim device the pod has attached so far, so that after the last ADD
+//!   every CDI device of the pod says the same.
 //!
 //! DEL takes the attachment's report back first, then releases the attachment, so a DEL
 //! killed in between leaves no report of a gone pod; a report whose attachment record is gone
@@ -17,7 +21,9 @@
 use std::path::Path;
 
 use crate::attach::record::Attachment;
+use crate::discover::{self, vars};
 use crate::error::Result;
+use crate::kernel::rtnetlink::RealKernel;
 use crate::kernel::sysfs::SysRoot;
 use crate::records::cdi::{self, attachment_name, PodReport};
 use crate::records::claim::{DraDevice, PreparedDevice};
@@ -102,4 +108,62 @@ pub fn report_del(sys: &SysRoot, dirs: &ClaimDirs<'_>, att: &Attachment) -> Resu
             d.pods.retain(|p| p.attachment != name);
         }
     })
+}
+
+/// The variable that names the problems `rdma-ns env` found in the pod, when it found any: env
+/// prints no variable then (a wrong GID index is worse than none), and neither do the CDI edits.
+pub const PROBLEMS_VAR: &str = "RDMA_NS_ENV_PROBLEMS";
+
+/// `rdma-ns env`'s variables for the pod of netns `netns` (`NAME=value`), from the node: the
+/// same discovery, from a sysfs mounted in the pod's netns, with the uverbs nodes of `dev_dir`
+/// (the node's, which hold the pod's). With problems, only [`PROBLEMS_VAR`].
+pub fn pod_variables(netns: &Path, sys: &SysRoot, dev_dir: &Path) -> Vec<String> {
+    let found = RealKernel::new().map_err(|e| e.to_string()).and_then(|k| {
+        discover::discover_netns(&k, Some(netns), sys, dev_dir).map_err(|e| e.to_string())
+    });
+    let found = match found {
+        Ok(f) => f,
+        Err(e) => return vec![format!("{PROBLEMS_VAR}={e}")],
+    };
+    let (variables, more) = vars::variables(&found);
+    let problems: Vec<String> = found
+        .problems
+        .iter()
+        .chain(more.iter())
+        .map(ToString::to_string)
+        .collect();
+    if !problems.is_empty() {
+        crate::log_warn!(
+            "the pod's NCCL/UCX variables are left out of its CDI edits: {}",
+            problems.join("; ")
+        );
+        return vec![format!("{PROBLEMS_VAR}={}", problems.join("; "))];
+    }
+    variables
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+}
+
+/// After a successful ADD of `att` (claim device `dra`): its report, and the pod's variables
+/// (`env`) given to every other claim device the same sandbox attached (its earlier networks).
+pub fn report_pod(
+    sys: &SysRoot,
+    dirs: &ClaimDirs<'_>,
+    store: &crate::attach::store::Store,
+    att: &Attachment,
+    dra: &DraDevice,
+    env: &[String],
+) -> Result<()> {
+    report_add(sys, dirs, att, dra, env)?;
+    let (all, _) = store.list_all();
+    for other in all.iter().filter(|o| o.container_id == att.container_id) {
+        if other.is(&att.network, &att.container_id, &att.ifname) {
+            continue;
+        }
+        if let Some(d) = DraDevice::of_record(other.conf.as_ref()) {
+            report_add(sys, dirs, other, &d, env)?;
+        }
+    }
+    Ok(())
 }

@@ -58,6 +58,7 @@ fn prepared(uid: &str, pods: &[&str], devices: Vec<PreparedDevice>) -> PreparedC
             uid: uid.into(),
         },
         pod_uids: pods.iter().map(|p| p.to_string()).collect(),
+        extended_resource: false,
         devices,
         allocation: String::new(),
         written_by: None,

@@ -83,6 +83,7 @@ fn prepared(uid: &str, pods: &[&str], d: PreparedDevice) -> PreparedClaim {
             uid: uid.into(),
         },
         pod_uids: pods.iter().map(|p| p.to_string()).collect(),
+        extended_resource: false,
         devices: vec![d],
         allocation: String::new(),
         written_by: None,
@@ -324,4 +325,58 @@ fn add_reports_a_moved_devices_new_numbers() {
         uverbs(&n.cdi(), "uid-move"),
         ["/dev/infiniband/uverbs7 231:199"]
     );
+}
+
+/// Issue 40 §2: a pod written for the device plugin (its NAD names no claim) whose extended
+/// resource was backed by DRA: its attachment is tied to the device of its extended-resource
+/// claim on the same netdev; a claim device on another netdev refuses the ADD naming both; a
+/// pod without such a claim (or with an ordinary one) is left as it was.
+#[test]
+fn a_device_plugin_pods_attachment_is_tied_to_its_extended_resource_claim() {
+    let n = ClaimNode::new();
+    let claims = ClaimStore::new(&n.data());
+    let kubelet_dir = n.tmp.path().join("kubelet");
+    // The frozen macvlan record's parent is ens1f0np0.
+    let on = |netdev: &str| {
+        let mut d = device("mlx5-0-p1", "roce", Some("mlx5_0"));
+        d.netdev = netdev.into();
+        d
+    };
+    let att = {
+        let plain = prepared("uid-x", &[], on("x"));
+        attachment(&n.data(), "macvlan", "c1:net1.json", &dra_of(&plain), None)
+    };
+    let find =
+        |uid: &str| crate::attach::claim::extended::device_of(&claims, &kubelet_dir, uid, &att);
+    let mut ordinary = prepared("uid-ordinary", &["pod-1"], on("ens1f0np0"));
+    claims.save(&ordinary).unwrap();
+    assert_eq!(
+        find("pod-1").unwrap(),
+        None,
+        "an ordinary claim's device is the conf's business"
+    );
+    ordinary.claim.uid = "uid-extended".into();
+    ordinary.extended_resource = true;
+    claims.save(&ordinary).unwrap();
+    let dra = find("pod-1")
+        .unwrap()
+        .expect("the extended claim's device on ens1f0np0");
+    assert_eq!(
+        (dra.claim.uid.as_str(), dra.netdev.as_str()),
+        ("uid-extended", "ens1f0np0")
+    );
+    assert_eq!(find("pod-9").unwrap(), None, "another pod's claim");
+
+    let mut elsewhere = prepared("uid-elsewhere", &["pod-2"], on("ens2f0np0"));
+    elsewhere.extended_resource = true;
+    claims.save(&elsewhere).unwrap();
+    let e = find("pod-2").unwrap_err().to_string();
+    for part in [
+        "pod-2",
+        "ens2f0np0",
+        "attaches ens1f0np0",
+        "netdev == \"ens1f0np0\"",
+    ] {
+        assert!(e.contains(part), "{part}: {e}");
+    }
 }

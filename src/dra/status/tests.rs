@@ -26,6 +26,7 @@ fn claim() -> PreparedClaim {
             uid: "uid-1".into(),
         },
         pod_uids: vec!["pod-1".into()],
+        extended_resource: false,
         devices: vec![device("rail0", "mlx5-0-p1"), device("rail1", "mlx5-1-p1")],
         allocation: String::new(),
         written_by: None,
