@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # rdma-ns's lab: a two-node Kubernetes cluster of Linux 7 VMs on one Linux machine, where pods
-# get RDMA from rdma-ns over Soft-RoCE and send it from one node to the other. README, "Try it:
-# the lab", says what it is and what it costs.
+# get RDMA from rdma-ns over Soft-RoCE and send it from one node to the other. docs/lab.md says
+# what it is, docs/benchmarks.md what it costs.
 #
-#   install/lab.sh up              build or reuse everything, boot the nodes, install rdma-ns the
-#                                  README way, start two RDMA pods; the last line of stdout is
-#                                  the kubeconfig's path (usable from this machine)
+#   install/lab.sh up              build or reuse everything, boot the nodes, install rdma-ns as
+#                                  docs/install.md says, start two RDMA pods; the last line of
+#                                  stdout is the kubeconfig's path (usable from this machine)
 #   install/lab.sh kubectl ARGS... kubectl against the lab
 #   install/lab.sh node N CMD...   run CMD as root on node N (1 or 2); its exit status is ours
 #   install/lab.sh status          what is running
@@ -350,9 +350,9 @@ nodes_ready() {
     [[ $(grep -c True <<<"$ready") == "${#NODES[@]}" ]]
 }
 
-# ---- the README's recipe ------------------------------------------------------------------
+# ---- the install recipe (docs/install.md) ------------------------------------------------
 recipe() {
-    step "README's \"Install on a cluster\" (install/lab/recipe.sh)"
+    step "docs/install.md's \"Install on a cluster\" (install/lab/recipe.sh)"
     LAB_KUBECTL="$0 kubectl" bash "$LAB_DIR/recipe.sh" >&2
     done_step
 }
