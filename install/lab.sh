@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # rdma-ns's lab: a two-node Kubernetes cluster of Linux 7 VMs on one Linux machine, where pods
-# get RDMA from rdma-ns over Soft-RoCE and send it from one node to the other. README, "Try it:
-# the lab", says what it is and what it costs.
+# get RDMA from rdma-ns over Soft-RoCE and send it from one node to the other. docs/lab.md says
+# what it is, docs/benchmarks.md what it costs.
 #
-#   install/lab.sh up              build or reuse everything, boot the nodes, install rdma-ns the
-#                                  README way, start two RDMA pods; the last line of stdout is
-#                                  the kubeconfig's path (usable from this machine)
+#   install/lab.sh up              build or reuse everything, boot the nodes, install rdma-ns as
+#                                  docs/install.md says, start two RDMA pods; the last line of
+#                                  stdout is the kubeconfig's path (usable from this machine)
 #   install/lab.sh kubectl ARGS... kubectl against the lab
 #   install/lab.sh node N CMD...   run CMD as root on node N (1 or 2); its exit status is ours
 #   install/lab.sh status          what is running
 #   install/lab.sh down            stop and remove everything the lab made but its cache
+#   install/lab.sh prerequisites   install what `up` needs: the Debian packages (apt-get) and
+#                                  virtme-ng at its pinned version (pip); then check the rest
 #   install/lab.sh --print-packages   the Debian packages the lab needs
 #
-# Progress goes to stderr, a step a line with its time. Runs as root. Environment:
+# Progress goes to stderr, a step a line with its time. Runs as root. `up` checks every
+# prerequisite before it builds anything. Environment:
 #   RDMA_NS_LAB_CACHE   builds, images (default ~/.cache/rdma-ns/lab); kept by `down`
 #   RDMA_NS_LAB_STATE   the running lab (default /var/lib/rdma-ns-lab); removed by `down`
 #   RDMA_NS_VM_CACHE    the Linux 7 kernel, shared with the VM tier (~/.cache/rdma-ns/vm-kernels)
@@ -43,28 +46,71 @@ MEMORY=${RDMA_NS_LAB_MEMORY:-3G}
 CPUS=${RDMA_NS_LAB_CPUS:-1}
 VNG_PIP=virtme-ng==1.42
 
-# Debian packages the lab runs (the nodes run this machine's own root, so their tools too).
+# Debian packages the lab runs (the nodes run this machine's own root, so their tools too) and
+# builds with: gcc, libc6-dev, pkg-config and libseccomp-dev for install/lab/build.sh's
+# components, protobuf-compiler (protoc) for rdma-ns-dra's image (the kubelet's protos in
+# proto/), python3-pip for virtme-ng.
 PACKAGES=(qemu-system-x86 busybox-static file iproute2 socat openssl dropbear-bin openssh-client
     e2fsprogs python3 python3-yaml iptables conntrack kmod util-linux containernetworking-plugins
     rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest ucx-utils tcpdump pci.ids
-    gcc libc6-dev pkg-config libseccomp-dev python3-pip)
+    gcc libc6-dev pkg-config libseccomp-dev protobuf-compiler python3-pip)
+# Neither Debian 12 package gives these at the version the lab needs: they are checked, and
+# named with where to get them, never installed here.
+GO_NEEDED="Go 1.26 or later (go.dev/dl, with its bin/ on PATH)"
+RUST_NEEDED="a Rust toolchain (rustup, with cargo on PATH)"
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 
 # ---- prerequisites ------------------------------------------------------------------------
+missing_packages() {
+    local p
+    for p in "${PACKAGES[@]}"; do
+        [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || echo "$p"
+    done
+}
+
+vng_pinned() { [[ $(vng --version 2>/dev/null) == "virtme-ng ${VNG_PIP#*==}" ]]; }
+
+# Everything `up` needs, checked before it builds anything: a missing one is named with its fix.
 check_prerequisites() {
     [[ $(id -u) == 0 ]] || die "the lab needs root (network namespaces, VMs, node disks)"
-    local missing=() p t
-    for p in "${PACKAGES[@]}"; do
-        [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
-    done
-    ((${#missing[@]} == 0)) ||
-        die "missing Debian packages: ${missing[*]} (apt-get install \$(install/lab.sh --print-packages))"
-    for t in go:"Go 1.26" cargo:"a Rust toolchain (rustup)" vng:"virtme-ng (pip install $VNG_PIP)"; do
-        command -v "${t%%:*}" >/dev/null || missing+=("${t%%:*} (${t#*:})")
-    done
-    ((${#missing[@]} == 0)) || die "missing: ${missing[*]}"
-    [[ -e /dev/net/tun ]] || die "no /dev/net/tun: the node VMs' management links are tap devices"
+    local missing=() packages goversion
+    packages=$(missing_packages | tr '\n' ' ')
+    [[ -z $packages ]] || missing+=("Debian packages ${packages% }")
+    command -v protoc >/dev/null || missing+=("protoc (protobuf-compiler)")
+    vng_pinned || missing+=("virtme-ng ${VNG_PIP#*==} (pip install $VNG_PIP)")
+    if ! command -v go >/dev/null; then
+        missing+=("go: $GO_NEEDED")
+    else
+        goversion=$(go env GOVERSION)
+        [[ $goversion =~ ^go1\.(2[6-9]|[3-9][0-9]) ]] || missing+=("go: $goversion is too old, the lab needs $GO_NEEDED")
+    fi
+    command -v cargo >/dev/null || missing+=("cargo: $RUST_NEEDED")
+    [[ -e /dev/net/tun ]] || missing+=("/dev/net/tun (the node VMs' management links are tap devices: modprobe tun)")
+    ((${#missing[@]} == 0)) && return 0
+    printf 'lab: missing: %s\n' "${missing[@]}" >&2
+    die "install/lab.sh prerequisites installs the Debian packages and virtme-ng; Go and Rust are yours to install"
+}
+
+# Installs what a package manager can give at the version the lab needs, then checks the rest.
+prerequisites() {
+    [[ $(id -u) == 0 ]] || die "installing the lab's prerequisites needs root (apt-get, pip)"
+    local packages
+    mapfile -t packages < <(missing_packages)
+    if ((${#packages[@]})); then
+        say "apt-get install ${packages[*]}"
+        apt-get update -q >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}" >&2
+    fi
+    if ! vng_pinned; then
+        say "pip install $VNG_PIP"
+        # Debian's own python refuses system-wide pip installs (PEP 668) without the flag; its
+        # refusal says nothing the second try's outcome does not.
+        python3 -m pip install -q "$VNG_PIP" >/dev/null 2>&1 ||
+            python3 -m pip install -q --break-system-packages "$VNG_PIP" >&2
+    fi
+    check_prerequisites
+    say "every prerequisite of install/lab.sh up is there"
 }
 
 # ---- state --------------------------------------------------------------------------------
@@ -304,9 +350,9 @@ nodes_ready() {
     [[ $(grep -c True <<<"$ready") == "${#NODES[@]}" ]]
 }
 
-# ---- the README's recipe ------------------------------------------------------------------
+# ---- the install recipe (docs/install.md) ------------------------------------------------
 recipe() {
-    step "README's \"Install on a cluster\" (install/lab/recipe.sh)"
+    step "docs/install.md's \"Install on a cluster\" (install/lab/recipe.sh)"
     LAB_KUBECTL="$0 kubectl" bash "$LAB_DIR/recipe.sh" >&2
     done_step
 }
@@ -412,6 +458,7 @@ kubectl)
 # The node VMs' supervisors run this (boot_node), in a session of their own.
 __supervise) . "$LAB_STATE/lab.env" && supervise_node "$2" ;;
 node) shift && node "$@" ;;
+prerequisites) prerequisites ;;
 --print-packages) echo "${PACKAGES[*]}" ;;
 -h | --help) usage ;;
 "") usage >&2 && exit 2 ;;

@@ -1,7 +1,8 @@
 //! One error type for the whole plugin, and the one place that maps each kind to a CNI code.
 //!
 //! Codes 1-7 and 11 are the CNI spec's well-known codes; 50/51 are STATUS's; 100 and up are
-//! this plugin's own (listed in README's error table). Every message names what failed, on
+//! this plugin's own ([`CODES`]; docs/configuration.md's error table, which a docs test keeps
+//! equal to it). Every message names what failed, on
 //! which device or field, and what to do about it.
 
 use crate::kernel::KernelError;
@@ -234,6 +235,13 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Every code an [`Error`] of this plugin can carry (a delegated IPAM plugin's own code passes
+/// through as it came): what docs/configuration.md's error table documents.
+pub const CODES: &[u32] = &[
+    1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+    120, 121, 122,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +258,23 @@ mod tests {
         let two = Error::Multiple(vec![Error::State("s".into()), Error::Netns("n".into())]);
         assert_eq!(two.code(), 109);
         assert!(two.to_string().starts_with("2 errors: s; n"), "{two}");
+    }
+
+    /// `code()` matches every variant without a wildcard, so a new kind of error does not
+    /// compile without its code there: reading the codes off its arms finds every one.
+    #[test]
+    fn codes_lists_every_code_of_code_and_nothing_else() {
+        let source = include_str!("error.rs");
+        let start = source.find("pub fn code(&self)").expect("fn code");
+        let end = start + source[start..].find("pub fn details").expect("fn details");
+        let mut codes: Vec<u32> = source[start..end]
+            .split("=> ")
+            .skip(1)
+            .filter_map(|arm| arm.split(',').next()?.trim().parse().ok())
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes, CODES);
     }
 
     #[test]

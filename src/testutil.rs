@@ -1,6 +1,7 @@
 //! Helpers shared by unit tests.
 
 pub mod fuzz;
+pub mod serde_fields;
 pub mod uapi;
 
 use std::path::{Path, PathBuf};

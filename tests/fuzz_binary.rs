@@ -5,7 +5,7 @@
 //! Only paths that change nothing on the host are taken: VERSION, ADD with CNI_NETNS under a
 //! directory that does not exist (refused before anything is looked at), and commands that are
 //! missing or garbage. Each case is an exec, so the default count is a few hundred; case counts
-//! and the deep mode: tests/README.md, "Fuzzing".
+//! and the deep mode: docs/testing.md, "Fuzzing".
 
 mod common;
 
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use common::PLUGIN;
 
-/// README's "Error codes" table.
+/// docs/configuration.md's "Error codes" table.
 const DOCUMENTED_CODES: &[u64] = &[
     1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
     120, 121,

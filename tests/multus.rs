@@ -20,7 +20,7 @@ enum Injection {
     FirstPluginOnly,
 }
 
-/// What each device plugin in the README recipe hands the kubelet as a device ID.
+/// What each device plugin in the recipe of docs/install.md hands the kubelet as a device ID.
 fn allocated_device(resource: &str) -> &'static str {
     match resource {
         // k8s-rdma-shared-dev-plugin names its devices "0", "1", ... up to rdmaHcaMax; the

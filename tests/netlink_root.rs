@@ -755,7 +755,7 @@ fn ipoib_child_on_a_non_ib_parent_is_refused() {
         .unwrap_err();
     // Without ib_ipoib the kernel knows no "ipoib" kind: EOPNOTSUPP from rtnl_newlink before any
     // IPoIB attribute is read. With it, a veth is no IPoIB parent. No tier's kernel decodes this
-    // request's IFLA_IPOIB_* attributes (tests/README.md, "What each tier cannot detect").
+    // request's IFLA_IPOIB_* attributes (docs/testing.md, "What each tier can and cannot detect").
     let expected = if std::path::Path::new("/sys/module/ib_ipoib").exists() {
         Errno::EINVAL
     } else {

@@ -5,7 +5,7 @@
 #   tests/run.sh --no-vm    leave out the VM tiers (quick local runs; reported as skipped)
 #   tests/run.sh --kube     the Kubernetes tier (kube: tests/kube/run.sh) with all its cases; by
 #                           default it runs KUBE_SMOKE only, since all of them on 2 cores under
-#                           TCG take longer than CI allows (tests/README.md, "Kubernetes tier")
+#                           TCG take longer than CI allows (docs/testing.md, "Kubernetes tier")
 #   tests/run.sh --no-kube  leave out the Kubernetes tier (reported as skipped)
 #   tests/run.sh --no-bench leave out the benchmark smoke run (reported as skipped)
 # Every tier runs even when an earlier one failed. The end is one table (tier, passed, failed,
@@ -44,7 +44,7 @@ BENCH=tests/bench/run.sh
 VM=tests/vm/run.sh
 KUBE=tests/kube/run.sh
 LAB_BUILD=install/lab/build.sh
-# The kube cases of the default run: README's recipe, RDMA across the nodes through the device
+# The kube cases of the default run: the install recipe (docs/install.md), RDMA across the nodes through the device
 # plugin, Multus and rdma-ns, and through rdma-ns-dra's claims (about 10 of the tier's 50 minutes).
 KUBE_SMOKE=(recipe traffic-across-nodes dra-across-nodes)
 
@@ -203,7 +203,7 @@ for t in "${ROOT_TARGETS[@]}"; do
 done
 
 # ---------------------------------------------------------------- tiers
-# The shape rules (README, "Architecture"): functions of at most 70 lines, files of at most 900
+# The shape rules (docs/architecture.md): functions of at most 70 lines, files of at most 900
 # lines before their inline tests (tests/lint/shape.py).
 lint() {
   cargo fmt --check && cargo clippy --all-targets -- -D warnings &&

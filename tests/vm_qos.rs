@@ -12,7 +12,7 @@
 //!   perftest 0; `ibv_rc_pingpong`, which has no option, 0 on a roceQos network too;
 //! - one IPv6 pair, through the traffic class field;
 //! - exclusive netns mode, where the device is moved into the pod and the default is written
-//!   after the move, and RDMA CM does not work on a moved rxe device (README, "RDMA CM does not
+//!   after the move, and RDMA CM does not work on a moved rxe device (docs/soft-roce.md, "RDMA CM does not
 //!   work on a moved rxe device"): asserted as it is.
 //!
 //! Nothing rewrites the byte on the way: each pod has no netfilter rule and only its

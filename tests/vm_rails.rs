@@ -1,7 +1,7 @@
 //! VM tier, Linux 7 kernel: RDMA traffic on each rail of a routed two-rail fabric. Linux 7.1's
 //! Soft-RoCE receives in the netns of its netdev, so `"softRoce": true` gives each pod rail an
 //! rxe device that carries RoCE between pods; on 6.1 it receives only in the host netns (see
-//! README, "Soft-RoCE devices for pods").
+//! docs/soft-roce.md).
 //!
 //! The fabric of the root tier's tests/rails.rs (tests/common/fabric.rs): two pods with two rails
 //! each, every rail its own subnet behind its own gateway in a router netns and the same

@@ -343,7 +343,7 @@ fn shared_mode_pods(shape: Shape, active_mtu: u32) {
     b.call("ADD").run(&b.conf).ok();
     let (va, vb) = (pod_view(&a, active_mtu), pod_view(&b, active_mtu));
     assert_ne!(va.ibdev, vb.ibdev);
-    // Shared mode: each pod lists the other's device too (README, "What another pod sees").
+    // Shared mode: each pod lists the other's device too (docs/soft-roce.md, "What another pod sees").
     assert!(devices_seen(Some(a.netns)).contains(&vb.ibdev));
     probe_exchange(&a, &va, &b, &vb, active_mtu);
     rc_pingpong(&a, &va, &b, &vb);
@@ -417,13 +417,13 @@ fn each_pod_sees_only_its_own(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
 /// RDMA CM on a moved rxe device: the netns move re-registers the device's clients, and rxe
 /// refuses the MAD layer's second GSI QP (it keeps the first one's number for the port), so
 /// the CM cannot send: `rdma_connect` fails with EINVAL. A kernel where rping passes here has
-/// fixed that, and README's softRoce section must then say so.
+/// fixed that, and docs/soft-roce.md must then say so.
 fn rdma_cm_fails_on_moved_devices(a: &Pod, va: &PodView, b: &Pod, vb: &PodView) {
     let release = kernel_release();
     let (s, c) = rping("20", a, b);
     assert!(
         !c.status.success() && !text(&c).contains("ping data"),
-        "RDMA CM works on a moved rxe device on {release}: README (softRoce, \"What another \
+        "RDMA CM works on a moved rxe device on {release}: docs/soft-roce.md (\"What another \
          pod sees of it\") and this test say it does not; update both.\nclient {}\nserver {}",
         text(&c),
         text(&s)

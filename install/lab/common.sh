@@ -7,7 +7,7 @@ LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_REPO=$(cd "$LAB_DIR/../.." && pwd)
 LAB_CACHE=${RDMA_NS_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-ns/lab}
 LAB_STATE=${RDMA_NS_LAB_STATE:-/var/lib/rdma-ns-lab}
-# The Linux 7 kernel is the VM tier's (tests/README.md, "VM tier"): same cache, same fetch.
+# The Linux 7 kernel is the VM tier's (docs/testing.md, "VM tier"): same cache, same fetch.
 LAB_KERNEL_CACHE=${RDMA_NS_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-ns/vm-kernels}
 
 lab_now() { date +%s.%N; }

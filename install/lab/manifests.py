@@ -12,7 +12,7 @@ the lab (install/lab/recipe.sh). Each reads YAML documents from FILE and prints 
         a pod shaped like FILE (conf/pod.yaml), for the lab: named NAME, on node NODE, its
         containers on IMAGE running `sleep`, privileged (a Soft-RoCE device is made at the pod's
         CNI ADD, after any device plugin's allocation, so only a privileged container sees its
-        uverbs node: README, "What the pod's containers need"), without the device plugin's
+        uverbs node: docs/soft-roce.md, "What the pod's containers need"), without the device plugin's
         resources (it has no Soft-RoCE device to give) but with its DRA claims, and on NETWORKS
         when given (empty: the default network only). A pod with claims gets a nodeSelector for
         NODE instead of nodeName, so that the scheduler allocates its claims

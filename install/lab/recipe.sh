@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# README's "Install on a cluster", carried out on the lab as a user would, plus what the recipe
+# docs/install.md's "Install on a cluster", carried out on the lab as a user would, plus what the recipe
 # assumes a cluster already has (Multus, whereabouts for conf/'s IPAM, the device plugin, NFD).
 # install/lab.sh up runs it with LAB_KUBECTL set to its own `kubectl` verb; each step says which
-# README step or which project's own instructions it follows. Images are the lab's local builds
-# (install/lab/images.sh): setting `image:` is the one edit README asks for.
+# docs/install.md step or which project's own instructions it follows. Images are the lab's local builds
+# (install/lab/images.sh): setting `image:` is the one edit docs/install.md asks for.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -14,7 +14,7 @@ k() { "${KUBECTL[@]}" "$@"; }
 apply() { k apply -f - >&2; }
 rollout() { k -n "$1" rollout status "$2" --timeout "${3:-1200s}" >&2; }
 
-# README step 1: the installer DaemonSet, with its image set; rdma-ns lands in each node's
+# docs/install.md step 1: the installer DaemonSet, with its image set; rdma-ns lands in each node's
 # /opt/cni/bin. Its `reconcile` container runs too.
 installer() {
     say "recipe 1: install/daemonset.yaml with image $(ref installer)"
@@ -38,7 +38,7 @@ whereabouts() {
     "${MANIFESTS[@]}" image "$d/daemonset-install.yaml" "$(ref whereabouts)" | apply
 }
 
-# README step 3's device plugin: conf/device-plugins' ConfigMap, then the plugin as its README
+# docs/install.md step 3's device plugin: conf/device-plugins' ConfigMap, then the plugin as its README
 # deploys it (deployment/k8s/base: its DaemonSet; its example ConfigMap of the same name is
 # what conf/ replaces, so it is not applied).
 device_plugin() {
@@ -85,7 +85,7 @@ node_agent() {
     "${MANIFESTS[@]}" image "$LAB_REPO/install/node-agent.yaml" "$(ref installer)" | apply
 }
 
-# README step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
+# docs/install.md step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
 # device of their own: every pod gets its own Soft-RoCE device).
 networks() {
     say "recipe 3: conf/nad-macvlan.yaml, nad-macvlan-qos.yaml, nad-rail0.yaml, nad-rail1.yaml: masters rail0/rail1, softRoce"
@@ -95,7 +95,7 @@ networks() {
     "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail1.yaml" 'master="rail1"' softRoce=true | apply
 }
 
-# README step 4: two pods shaped like conf/pod.yaml, one on each node.
+# docs/install.md step 4: two pods shaped like conf/pod.yaml, one on each node.
 pods() {
     say "recipe 4: two pods shaped like conf/pod.yaml, rdma-a on node1 and rdma-b on node2"
     "${MANIFESTS[@]}" pod "$LAB_REPO/conf/pod.yaml" rdma-a node1 "$(ref lab-tools)" | apply

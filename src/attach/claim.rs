@@ -28,6 +28,7 @@ pub use crate::records::claim::{
     DEVICE_ID_PREFIX,
 };
 
+use crate::cni::decode::{self, Failure};
 use crate::cni::result::CniResult;
 use crate::cni::{NetConf, Request};
 use crate::error::{Error, Result};
@@ -92,15 +93,23 @@ impl DraConf {
                 return Ok(DraConf::default())
             }
             Some(serde_json::Value::Bool(true)) => Object::default(),
-            Some(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).map_err(|e| {
-                Error::config(
-                    "dra",
-                    format!(
-                        "{e}; want true or {{\"request\", \"ifname\", \"optional\", \"cdiDir\", \
-                         \"kubeletDir\"}}"
-                    ),
-                )
-            })?,
+            Some(v @ serde_json::Value::Object(_)) => {
+                #[cfg(test)]
+                crate::testutil::serde_fields::read_log::note::<Object>("dra.");
+                decode::from_value(&v, "dra").map_err(|f| {
+                    let (field, msg) = match f {
+                        Failure::Field { path, msg } => (path, msg),
+                        Failure::Syntax(msg) => ("dra".to_string(), msg),
+                    };
+                    Error::config(
+                        field,
+                        format!(
+                            "{msg}; want true or {{\"request\", \"ifname\", \"optional\", \
+                             \"cdiDir\", \"kubeletDir\"}}"
+                        ),
+                    )
+                })?
+            }
             Some(other) => {
                 return Err(Error::config(
                     "dra",

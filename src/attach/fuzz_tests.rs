@@ -1,6 +1,6 @@
 //! Property-based fuzz tests of this plugin's own readers: its conf fields (mode, selectors,
 //! child settings, device permissions), the device-info file and the attachment record. Case
-//! counts and the deep mode: tests/README.md, "Fuzzing".
+//! counts and the deep mode: docs/testing.md, "Fuzzing".
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

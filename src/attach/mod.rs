@@ -3,6 +3,7 @@
 pub mod addresses;
 pub mod check;
 pub mod claim;
+pub mod conf_fields;
 pub mod config;
 pub mod device_info;
 pub mod gc;

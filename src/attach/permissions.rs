@@ -61,8 +61,11 @@ pub const CONF_KEY: &str = "devicePermissions";
 /// The device-lock key (`Store::lock_device`) that serializes permission changes node-wide.
 pub const LOCK_KEY: &str = "devperm";
 
+/// The key of `devicePermissions` that names the nodes' group.
+pub(crate) const GROUP_KEY: &str = "group";
+
 /// Keys of `devicePermissions` that take a mode, with the kind each applies to.
-const MODE_KEYS: [(&str, CharDevKind); 4] = [
+pub(crate) const MODE_KEYS: [(&str, CharDevKind); 4] = [
     ("uverbs", CharDevKind::Uverbs),
     ("umad", CharDevKind::Umad),
     ("issm", CharDevKind::Issm),
@@ -134,7 +137,7 @@ pub fn parse(value: &Value) -> Result<DevicePermissions> {
         if v.is_null() {
             continue;
         }
-        if key == "group" {
+        if key == GROUP_KEY {
             perms.group = Some(parse_group(&field, v)?);
             continue;
         }

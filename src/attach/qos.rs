@@ -41,7 +41,7 @@ use crate::qos::{RoceQos, DSCP_MAX, PRIORITY_MAX};
 pub const CONF_KEY: &str = "roceQos";
 
 /// The keys of `roceQos`, each with what it takes.
-const KEYS: [(&str, &str); 4] = [
+pub(crate) const KEYS: [(&str, &str); 4] = [
     (
         "dscp",
         "an integer from 0 to 63, the upper six bits of the traffic class",

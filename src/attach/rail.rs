@@ -97,7 +97,7 @@ impl RailConf {
 }
 
 /// The object's keys, with the values each takes.
-const KEYS: [(&str, &str); 5] = [
+pub(crate) const KEYS: [(&str, &str); 5] = [
     (
         "table",
         "1 to 4294967295 but 252-255 (the kernel's compat, default, main and local)",

@@ -193,6 +193,8 @@ impl NetConf {
     /// The plugin's own fields, decoded from the conf into `T` (unknown fields ignored). A value
     /// of the wrong type is code 7 naming its field path.
     pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T> {
+        #[cfg(test)]
+        crate::testutil::serde_fields::read_log::note::<T>("");
         decode::from_slice(&self.text, "").map_err(|f| match f {
             Failure::Field { path, msg } => Error::config(path, msg),
             Failure::Syntax(msg) => Error::decode("network configuration on stdin", msg),
@@ -208,6 +210,8 @@ impl<'a> WireConf<'a> {
         if first.is_some_and(|b| *b != b'{') {
             return Err(Error::decode(WHAT, "expected a JSON object"));
         }
+        #[cfg(test)]
+        crate::testutil::serde_fields::read_log::note::<WireConf>("");
         decode::from_slice(stdin, "").map_err(|f| match f {
             Failure::Field { path, msg } if !path.is_empty() => Error::config(path, msg),
             other => Error::decode(WHAT, other.joined()),
@@ -326,6 +330,10 @@ struct Spelled<T> {
     value: T,
 }
 
+/// The keys of `runtimeConfig` this plugin reads, as it names them (the capabilities
+/// `deviceID`, `CNIDeviceInfoFile`, `ips`, `mac`); any other is ignored.
+pub const RUNTIME_CONFIG_KEYS: [&str; 4] = ["deviceID", "CNIDeviceInfoFile", "ips", "mac"];
+
 /// `runtimeConfig` as sent. Runtimes disagree on spelling (containerd's CRI capitalizes, e.g.
 /// `DeviceID`), so known keys match case-insensitively, which a derive cannot do.
 #[derive(Default)]
@@ -392,18 +400,19 @@ impl<'de> Deserialize<'de> for WireRuntimeConfig {
                 let mut rc = WireRuntimeConfig::default();
                 let c = &mut rc.conflict;
                 while let Some(key) = map.next_key::<String>()? {
-                    let is = |wanted: &str| key.eq_ignore_ascii_case(wanted);
-                    if is("deviceID") {
-                        keep(&mut rc.device_id, c, "deviceID", key, &mut map)?;
-                    } else if is("CNIDeviceInfoFile") {
-                        let slot = &mut rc.cni_device_info_file;
-                        keep(slot, c, "CNIDeviceInfoFile", key, &mut map)?;
-                    } else if is("ips") {
-                        keep(&mut rc.ips, c, "ips", key, &mut map)?;
-                    } else if is("mac") {
-                        keep(&mut rc.mac, c, "mac", key, &mut map)?;
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
+                    let known = RUNTIME_CONFIG_KEYS
+                        .iter()
+                        .find(|wanted| key.eq_ignore_ascii_case(wanted));
+                    match known.copied() {
+                        Some(k @ "deviceID") => keep(&mut rc.device_id, c, k, key, &mut map)?,
+                        Some(k @ "CNIDeviceInfoFile") => {
+                            keep(&mut rc.cni_device_info_file, c, k, key, &mut map)?
+                        }
+                        Some(k @ "ips") => keep(&mut rc.ips, c, k, key, &mut map)?,
+                        Some(k @ "mac") => keep(&mut rc.mac, c, k, key, &mut map)?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
                     }
                 }
                 Ok(rc)

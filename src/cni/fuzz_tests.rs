@@ -1,6 +1,6 @@
 //! Property-based fuzz tests of the protocol parsers: the network configuration, CNI_ARGS, the
 //! CNI_* environment, results in every version, and `dispatch` over all of them. Case counts
-//! and the deep mode: tests/README.md, "Fuzzing".
+//! and the deep mode: docs/testing.md, "Fuzzing".
 
 use std::ffi::OsString;
 use std::net::IpAddr;

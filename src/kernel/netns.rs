@@ -110,7 +110,7 @@ impl Netns {
     /// continuing in the wrong namespace could change the wrong devices, while an abort
     /// before anything was changed is an ordinary failed invocation for the runtime. (This
     /// replaces a short-lived thread per pod socket: its spawn and join wait on the scheduler,
-    /// which on a loaded machine costs far more than the two setns calls; tests/README.md,
+    /// which on a loaded machine costs far more than the two setns calls; docs/benchmarks.md,
     /// "Measured once".)
     pub fn run_in<T>(&self, home: &Netns, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         setns(self.fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;

@@ -7,7 +7,7 @@
 //!
 //! Each check family is a file under `doctor/` with one type: it holds what the check reads
 //! and its `check` pushes the findings; [`run`] calls them in report order. A new check is such
-//! a file, one line in [`run`], and its row in README's table.
+//! a file, one line in [`run`], and its row in docs/node.md's table.
 
 mod char_dev;
 mod conf;

@@ -1,7 +1,7 @@
 //! Prometheus text exposition format (version 0.0.4) of the node's RDMA ports and of the
 //! attachments in the records. Written by hand: the format is lines of `# HELP`, `# TYPE` and
 //! `name{label="value"} number`, and the crates that produce it bring a registry, locking and
-//! more code than the rendering below (README, "Dependencies").
+//! more code than the rendering below (docs/architecture.md, "Dependencies").
 //!
 //! Units follow Prometheus conventions: bytes and bits per second, `_total` for counters. The
 //! PMA data counters `port_xmit_data`/`port_rcv_data` count 4-octet words (IBA 16.1.3.5,

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use super::doctor::Facts;
 use super::values::netns_mode_name;
 
-/// The label names, in file order (README, "Node labels" documents each).
+/// The label names, in file order (docs/node.md, "Node labels" documents each).
 pub const LABELS: [&str; 7] = [
     "rdma-capable",
     "rdma-link-layer-infiniband",

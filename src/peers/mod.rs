@@ -2,7 +2,7 @@
 //! them: the `type` each registers, every field its Go config struct reads (with the json tag
 //! it reads it by) or its README documents, and what rdma-ns does with each. `rdma-ns migrate`
 //! converts peer confs with this table ([`migrate`]); `rdma-ns doctor --conf` names which
-//! rdma-ns mode replaces a peer it finds. README's migration section prints the same table, and
+//! rdma-ns mode replaces a peer it finds. docs/migration.md prints the same table, and
 //! a test holds the two together.
 
 pub mod migrate;
@@ -60,13 +60,13 @@ pub struct Field {
     /// As the plugin reads it; a dot steps into an object (`args.cni.debug`).
     pub name: &'static str,
     pub action: Action,
-    /// Why, in a phrase: the README cell, and the stderr line for a field not carried.
+    /// Why, in a phrase: the docs/migration.md cell, and the stderr line for a field not carried.
     pub why: &'static str,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
-    /// Into this field of the rdma-ns entry (README's configuration reference lists it), value
+    /// Into this field of the rdma-ns entry (docs/configuration.md lists it), value
     /// unchanged.
     Maps(&'static str),
     /// Into this field of the rdma-ns entry, the value converted (None: nothing written), with
@@ -122,7 +122,7 @@ impl Peer {
         }
     }
 
-    /// How README names the entries this peer reads.
+    /// How docs/migration.md names the entries this peer reads.
     pub fn type_description(&self) -> String {
         match self.matching {
             Matching::Type => format!("`{}`", self.plugin_type),
@@ -133,7 +133,7 @@ impl Peer {
 }
 
 impl Field {
-    /// The README cell: what rdma-ns does with the field, and why.
+    /// The docs/migration.md cell: what rdma-ns does with the field, and why.
     pub fn describe(&self) -> String {
         let what = match self.action {
             Action::Maps(to) | Action::MapsWith(to, _) => format!("→ `{to}`"),

@@ -1,14 +1,15 @@
 use super::*;
 use serde_json::json;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+fn page(name: &str) -> String {
+    let path = format!("{}/docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).unwrap()
 }
 
-/// The rows of the README table whose header line is `header`, separator left out.
+/// The rows of the page's table whose header line is `header`, separator left out.
 fn readme_table(readme: &str, header: &str) -> Vec<String> {
     let mut lines = readme.lines().skip_while(|l| *l != header);
-    assert_eq!(lines.next(), Some(header), "README has no table {header}");
+    assert_eq!(lines.next(), Some(header), "the page has no table {header}");
     lines
         .skip(1)
         .take_while(|l| l.starts_with('|'))
@@ -54,11 +55,11 @@ fn field_rows() -> Vec<String> {
     rows
 }
 
-/// README's migration tables are the code's: one row per peer, one per field and per thing a
+/// docs/migration.md's tables are the code's: one row per peer, one per field and per thing a
 /// peer did unasked, in table order and with the same words.
 #[test]
 fn the_readme_tables_are_the_peer_table() {
-    let readme = readme();
+    let readme = page("migration.md");
     for (header, want) in [
         ("| peer | type | replaced by | source |", peer_rows()),
         ("| peer | field | rdma-ns |", field_rows()),
@@ -67,14 +68,14 @@ fn the_readme_tables_are_the_peer_table() {
         let separator = "|---".repeat(header.matches('|').count() - 1) + "|";
         assert!(
             got == want,
-            "README table {header} differs from src/peers/table.rs; it should read:\n{header}\n\
+            "docs/migration.md table {header} differs from src/peers/table.rs; it should read:\n{header}\n\
              {separator}\n{}",
             want.join("\n")
         );
     }
 }
 
-/// The rdma-ns fields of README's configuration reference.
+/// The rdma-ns fields of docs/configuration.md.
 fn configuration_reference_fields(readme: &str) -> Vec<String> {
     readme_table(readme, "| field | default | meaning | errors |")
         .iter()
@@ -84,7 +85,7 @@ fn configuration_reference_fields(readme: &str) -> Vec<String> {
 
 #[test]
 fn every_field_mapped_or_written_is_an_rdma_ns_field() {
-    let reference = configuration_reference_fields(&readme());
+    let reference = configuration_reference_fields(&page("configuration.md"));
     assert!(reference.iter().any(|f| f == "master"), "{reference:?}");
     for p in PEERS {
         for f in p.fields {

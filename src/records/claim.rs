@@ -46,7 +46,7 @@ pub enum Setter {
     Class,
 }
 
-/// One key of the driver's opaque config: who may set it, and why (README's table).
+/// One key of the driver's opaque config: who may set it, and why (docs/dra.md's table, which a docs test keeps equal to [`CONFIG_KEYS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfigKey {
     pub name: &'static str,

@@ -43,7 +43,7 @@ TAG = "rb%x" % (os.getpid() % 0xFFF)
 # Idle time between a cycle's ADD and its DEL (untimed; --phase-gap-ms). A netns move waits in
 # the kernel for an RCU grace period (rcu_barrier() in __dev_change_net_namespace, under RTNL);
 # a move issued within ~10-15 ms of the previous one also waits out the grace period that the
-# previous one's tail started (tests/README.md, "What a move waits for"). A pod's DEL does not
+# previous one's tail started (docs/benchmarks.md, "What a move waits for"). A pod's DEL does not
 # follow its ADD within milliseconds, so by default the DEL is not charged for its ADD's tail,
 # as no timing is charged for the previous cycle's netns cleanup (settle). The section
 # `compare-b2b` measures the same with no gap.
@@ -272,7 +272,7 @@ def run_plugin_cycle_ipam(conf, pod, cid):
 # MACVLAN-MODE: shared-mode children. The veth `nic` end stands for the RoCE netdev (up, as a
 # port in use is); each ADD creates a macvlan child `net1` of it in a fresh pod netns, DEL deletes
 # it. There is no RDMA on a veth: rdma-ns's RoCE port lookup in sysfs finds no ib device, so its
-# GID wait is skipped (the lookup itself is a few failing sysfs lookups; see tests/README.md).
+# GID wait is skipped (the lookup itself is a few failing sysfs lookups; see docs/benchmarks.md).
 def macvlan_conf(plugin, pod):
     conf = {"cniVersion": "1.0.0", "name": "bench", "type": plugin, "master": pod.nic,
             "ipam": ipam_conf()}

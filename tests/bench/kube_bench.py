@@ -1,5 +1,5 @@
 """Section `kube` of the benchmark (asked by name: `tests/bench/run.sh --only kube`): the two
-figures of the Kubernetes lab (README, "Try it: the lab"), on a lab that is up or that this
+figures of the Kubernetes lab (docs/lab.md), on a lab that is up or that this
 section brings up with `install/lab.sh up` (RDMA_NS_LAB_PODS=0) and takes down again.
 
 - Pod start to Ready: a pod shaped like conf/pod.yaml on node1 with the `roce-shared` network

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of move mode against Debian's host-device, macvlan mode against Debian's macvlan, each
-# with an iproute2 floor (see tests/README.md).
+# with an iproute2 floor (see docs/benchmarks.md).
 #   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,macvlan,rails,scale,concurrency,start,rss,env,node,softroce,kube,kube-dra]
 # (softroce, asked by name only, boots the VM tier's Linux 7 kernel: tests/bench/softroce_bench.py)
 # (kube and kube-dra, asked by name only, run on the Kubernetes lab: tests/bench/kube_bench.py,

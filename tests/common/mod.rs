@@ -361,7 +361,7 @@ impl Drop for DataDir {
 }
 
 /// A directory of this test's own under the device-info directory, the only place rdma-ns
-/// writes a device-info file (README, threat model); removed on drop.
+/// writes a device-info file (docs/operations.md, threat model); removed on drop.
 pub struct DevinfoDir(pub PathBuf);
 
 impl DevinfoDir {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Kubernetes tier's cases, run by tests/kube/run.sh against a lab that install/lab.sh
-brought up (two Linux 7 node VMs, the README's recipe applied, pods rdma-a on node1 and rdma-b
+brought up (two Linux 7 node VMs, the install recipe (docs/install.md) applied, pods rdma-a on node1 and rdma-b
 on node2 on the roce-shared network).
 
     cases.py --lab install/lab.sh --logs DIR [CASE...]

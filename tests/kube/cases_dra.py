@@ -1,5 +1,5 @@
-"""rdma-ns as a DRA driver on the lab (issue 31, section 7): rdma-ns-dra deployed the README's
-way (install/dra/: RBAC, ConfigMap, DeviceClasses, DaemonSet), the RDMA shared device plugin
+"""rdma-ns as a DRA driver on the lab (issue 31, section 7): rdma-ns-dra deployed as docs/dra.md says
+(install/dra/: RBAC, ConfigMap, DeviceClasses, DaemonSet), the RDMA shared device plugin
 gone, and pods that get their RDMA device from a ResourceClaimTemplate and their net1 from
 rdma-ns through the claim (a NAD with "dra": true, called by Multus with the pod's UID).
 

@@ -1,4 +1,4 @@
-"""README's "Install on a cluster", as install/lab.sh up carried it out: what each step should
+"""docs/install.md's "Install on a cluster", as install/lab.sh up carried it out: what each step should
 have left on the nodes and in the API."""
 import json
 import re
@@ -35,7 +35,7 @@ def recipe(lab):
             raise Fail(f"{node}: Multus wrote no 00-multus.conf: {conf.split()}")
     # Step 3's device plugin: registered with both kubelets under rdma/hca_shared. With no RDMA
     # device under any PCI function (the rails are virtio NICs; Soft-RoCE devices have no
-    # parent device), it advertises none: README, "Soft-RoCE clusters".
+    # parent device), it advertises none: docs/lab.md, "Soft-RoCE and the device plugin".
     for node in NODES:
         status = lab.kjson("get", "node", node)["status"]
         cap = status.get("capacity", {}).get("rdma/hca_shared")

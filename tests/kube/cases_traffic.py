@@ -211,7 +211,7 @@ def check_network_status(lab, view):
         raise Fail(f"{view.pod}: network-status net1 IPs {e.get('ips')} lack {view.ip}")
     # Multus v4 passes CNIDeviceInfoFile only with a device ID (a device plugin's resource on the
     # NAD, which the lab's pods do not request: rdma/hca_shared is 0 for Soft-RoCE), so the lab's
-    # roce-shared entries carry no device-info (README, "Device-info file"); its presence twin,
+    # roce-shared entries carry no device-info (docs/device-permissions.md, "Device-info file"); its presence twin,
     # a NAD with a device plugin's device ID, is the root tier's tests/multus.rs.
     if "device-info" in e:
         raise Fail(f"{view.pod}: network-status has device-info {e['device-info']} though Multus had no device ID for net1")

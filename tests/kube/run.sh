@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Kubernetes tier: rdma-ns under a real Kubernetes. It brings the lab up the way users do
 # (install/lab.sh up: components built from the Go module proxy at pinned versions, two Linux 7
-# node VMs under TCG, the README's install recipe), runs the cases of tests/kube/cases.py
-# against it, and takes it down again. See tests/README.md, "Kubernetes tier".
+# node VMs under TCG, the install recipe of docs/install.md), runs the cases of tests/kube/cases.py
+# against it, and takes it down again. See docs/testing.md, "Kubernetes tier".
 #
 #   tests/kube/run.sh [CASE...]         every case, or these (names as cases.py --list prints)
 #   tests/kube/run.sh --list            the cases

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shape rules of src/ (README, "Architecture"): no function longer than 70 lines, tests
+"""The shape rules of src/ (docs/architecture.md): no function longer than 70 lines, tests
 and test helpers included, and no source file longer than 900 lines before its inline
 `#[cfg(test)] mod tests`. Prints every offender and exits 1 when there is one.
 
@@ -96,7 +96,7 @@ def main(dirs):
     for p in problems:
         print(p)
     if problems:
-        print(f"shape: {len(problems)} problem(s): split by meaning (README, Architecture)")
+        print(f"shape: {len(problems)} problem(s): split by meaning (docs/architecture.md)")
         return 1
     return 0
 

@@ -2,7 +2,7 @@
 # VM test tier: boots Debian kernels that have RDMA / Soft-RoCE under QEMU TCG with virtme-ng and
 # runs the cases of tests/vm/cases inside them: Debian 12's 6.1 ("6.1") and the newest kernel of
 # trixie-backports ("7", >= 7.1, fetched by tests/vm/fetch-kernel.sh). Each case names the
-# kernels it runs on. See tests/README.md, "VM tier".
+# kernels it runs on. See docs/testing.md, "VM tier".
 #
 # usage: tests/vm/run.sh [--list] [--no-install] [--kernel 6.1|7]... [--manifest FILE] [CASE...]
 #   (no CASE)     run every case of the manifest, on each kernel it names

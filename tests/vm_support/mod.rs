@@ -1,6 +1,6 @@
 //! Helpers for VM-only integration tests (`tests/vm_*.rs`, test functions named `vm_...`).
 //!
-//! These tests run inside the VM that `tests/vm/run.sh` boots (see tests/README.md, "VM tier");
+//! These tests run inside the VM that `tests/vm/run.sh` boots (see docs/testing.md, "VM tier");
 //! the host tier skips them with `cargo test -- --skip vm_`. Include with `mod common;` and
 //! `mod vm_support;`: the attachment records are read from `common::state_dir`.
 #![allow(dead_code)]

@@ -18,7 +18,7 @@ use crate::kernel::Netns;
 /// socket (capped near 32 KiB in netlink_recvmsg) and otherwise uses NLMSG_GOODSIZE (about
 /// a page): reading 32 KiB from the first datagram on makes a large link dump come in a
 /// handful of big datagrams instead of one small one per few links, saving one recvmsg
-/// round per datagram (measured in tests/README.md, "Measured once").
+/// round per datagram (measured in docs/benchmarks.md, "Measured once").
 const RECV_BUF_START: usize = 32 * 1024;
 
 /// How often a dump is restarted when the kernel flags it inconsistent (NLM_F_DUMP_INTR:

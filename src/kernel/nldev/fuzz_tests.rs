@@ -1,6 +1,6 @@
 //! Property-based fuzz tests of the NLDEV reply decoders: datagrams of several messages with
 //! corrupted lengths, types, flags and sequence numbers, and device, port and system replies
-//! built from NLDEV attributes. Case counts and the deep mode: tests/README.md, "Fuzzing".
+//! built from NLDEV attributes. Case counts and the deep mode: docs/testing.md, "Fuzzing".
 
 use proptest::prelude::*;
 

@@ -1,6 +1,6 @@
 //! Property-based fuzz tests of the rtnetlink reply decoders: RTM_NEWLINK (and its IPv4
 //! values), RTM_NEWADDR, RTM_NEWROUTE and RTM_NEWRULE payloads and NLMSG_ERROR / NLMSG_DONE, built as attribute trees whose lengths, types and
-//! nesting are then corrupted. Case counts and the deep mode: tests/README.md, "Fuzzing".
+//! nesting are then corrupted. Case counts and the deep mode: docs/testing.md, "Fuzzing".
 
 use proptest::prelude::*;
 

@@ -1,7 +1,7 @@
 //! Property-based fuzz tests of sysfs value parsing: the value parsers alone (GIDs, GUIDs,
 //! `<num>: <text>` states, link layer, GID types, PCIe speeds, dev numbers), and every reader
 //! over a fixture tree whose attribute files are overwritten with arbitrary values. Case
-//! counts and the deep mode: tests/README.md, "Fuzzing".
+//! counts and the deep mode: docs/testing.md, "Fuzzing".
 
 use std::fs;
 use std::io;

@@ -11,7 +11,7 @@ pub(super) struct DevicesCheck<'a> {
     pub(super) mode: Option<NetnsMode>,
     pub(super) pod: bool,
     /// rdma_rxe is loaded: a node whose RDMA is Soft-RoCE has no ib device until a
-    /// `softRoce` network makes a pod's own (the lab's nodes, README "Try it: the lab").
+    /// `softRoce` network makes a pod's own (the lab's nodes, docs/lab.md).
     pub(super) soft_roce_module: bool,
 }
 
