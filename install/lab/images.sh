@@ -12,7 +12,9 @@
 #   installer        install/Containerfile's final stage, read and carried out here (below)
 #   lab-tools        rdma-ns/lab-tools: Debian's ibverbs-utils, rdmacm-utils, perftest,
 #                    ucx-utils, iproute2 and tcpdump, as this machine has them (debs.py), busybox
-#                    for a shell, rdma-ns at /usr/local/bin/rdma-ns
+#                    for a shell, rdma-ns at /usr/local/bin/rdma-ns; also named
+#                    rdma-ns/lab-tools:latest, the name a user's own pod gives
+#   lab-tools-plain  the same without rdma-ns: a training image that knows nothing of it
 #   dra              install/dra/Containerfile's final stage: rdma-ns-dra (release, feature
 #                    dra) with the glibc libraries it links (ldd) in place of Debian's slim base
 #   multus, whereabouts, rdma-shared-dp, nfd
@@ -133,8 +135,10 @@ tools_image() {
     # What the sources serve now: file names and checksums, known without downloading.
     uris=$(apt-get download --print-uris $list) || die "apt-get download --print-uris of the tools image's packages failed"
     key=$(key_of "$bin" -- "$(awk '{ print $2, $4 }' <<<"$uris")")
-    if [[ -f $IMAGES/lab-tools.tar && $(cat "$IMAGES/lab-tools.key" 2>/dev/null) == "$key" ]]; then
+    if [[ -f $IMAGES/lab-tools.tar && $(cat "$IMAGES/lab-tools.key" 2>/dev/null) == "$key" &&
+        -f $IMAGES/lab-tools-plain.tar && $(cat "$IMAGES/lab-tools-plain.key" 2>/dev/null) == "$key" ]]; then
         echo "lab-tools docker.io/rdma-ns/lab-tools:$key"
+        echo "lab-tools-plain docker.io/rdma-ns/lab-tools-plain:$key"
         return
     fi
     mkdir -p "$LAB_CACHE/debs"
@@ -147,7 +151,6 @@ tools_image() {
     done
     mkdir -p "$root/usr/local/bin" "$root/bin" "$root/tmp" "$root/root" "$root/etc"
     chmod 1777 "$root/tmp"
-    cp "$bin" "$root/usr/local/bin/rdma-ns"
     cp "$BUSYBOX" "$root/bin/busybox"
     local applet
     for applet in $("$BUSYBOX" --list); do
@@ -157,7 +160,10 @@ tools_image() {
     printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
     printf 'root:x:0:\n' >"$root/etc/group"
     ldconfig -r "$root"
-    image lab-tools "$key" "docker.io/rdma-ns/lab-tools:$key" -- --tree "$root" --cmd '["/bin/sh"]'
+    image lab-tools-plain "$key" "docker.io/rdma-ns/lab-tools-plain:$key" -- --tree "$root" --cmd '["/bin/sh"]'
+    cp "$bin" "$root/usr/local/bin/rdma-ns"
+    image lab-tools "$key" "docker.io/rdma-ns/lab-tools:$key" -- --ref docker.io/rdma-ns/lab-tools:latest \
+        --tree "$root" --cmd '["/bin/sh"]'
     rm -rf "$root"
 }
 

@@ -2,7 +2,7 @@
 """Builds an OCI image as an image-layout tar that `ctr images import` takes, with no registry,
 no daemon and the standard library only. The lab builds every image it runs this way.
 
-    oci.py --ref NAME:TAG --out FILE.tar [LAYER...] [CONFIG...]
+    oci.py --ref NAME:TAG [--ref NAME:TAG...] --out FILE.tar [LAYER...] [CONFIG...]
 
 Layers, in order, each one tar layer:
   --busybox PATH        a root filesystem: busybox at /bin/busybox with a link per applet,
@@ -17,7 +17,8 @@ Config:
 Layers are uncompressed tars (application/vnd.oci.image.layer.v1.tar), so a layer's digest is its
 diff_id; times are 0 and owners root, so the same inputs give the same digests. The manifest is
 named by the `io.containerd.image.name` annotation (the full reference) and
-`org.opencontainers.image.ref.name` (the tag).
+`org.opencontainers.image.ref.name` (the tag), once per --ref: `ctr images import` makes an
+image of each name.
 """
 import argparse
 import hashlib
@@ -139,8 +140,7 @@ class Blobs:
         return {"digest": "sha256:" + digest, "size": len(data)}
 
 
-def write_image(out, ref, layers, config):
-    tag = ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
+def write_image(out, refs, layers, config):
     # Per process: an `up` interrupted by killing lab.sh alone leaves its builder running.
     tmp = f"{out}.tmp-{os.getpid()}"
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -170,8 +170,9 @@ def write_image(out, ref, layers, config):
                     man,
                     mediaType="application/vnd.oci.image.manifest.v1+json",
                     platform={"architecture": ARCH, "os": "linux"},
-                    annotations={"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": tag},
+                    annotations={"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": tag_of(ref)},
                 )
+                for ref in refs
             ],
         }
         add_bytes(tar, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
@@ -179,9 +180,13 @@ def write_image(out, ref, layers, config):
     os.replace(tmp, out)
 
 
+def tag_of(ref):
+    return ref.rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
+
+
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ref", required=True)
+    p.add_argument("--ref", required=True, action="append", dest="refs")
     p.add_argument("--out", required=True)
     p.add_argument("--busybox", action="append", default=[], dest="layers", type=lambda v: ("busybox", v))
     p.add_argument("--tree", action="append", dest="layers", type=lambda v: ("tree", v))
@@ -211,7 +216,7 @@ def main(argv):
     for key, value in (("Entrypoint", args.entrypoint), ("Cmd", args.cmd), ("User", args.user)):
         if value is not None:
             config[key] = value
-    write_image(args.out, args.ref, layers, config)
+    write_image(args.out, args.refs, layers, config)
 
 
 if __name__ == "__main__":
