@@ -24,10 +24,10 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::records::claim::DEVICE_ID_PREFIX;
 use crate::dra::config::{DriverConfig, DRIVER_NAME};
 use crate::dra::inventory::InvDevice;
 use crate::kernel::nldev::NetnsMode;
+use crate::records::claim::DEVICE_ID_PREFIX;
 
 /// The most devices one ResourceSlice may hold (resource.k8s.io/v1 ResourceSliceMaxDevices).
 pub const MAX_DEVICES: usize = 128;
