@@ -7,6 +7,7 @@
 #                                  docs/install.md says, start two RDMA pods; the last line of
 #                                  stdout is the kubeconfig's path (usable from this machine)
 #   install/lab.sh kubectl ARGS... kubectl against the lab
+#   install/lab.sh helm ARGS...    helm against the lab (install/lab/build.sh helm builds it)
 #   install/lab.sh node N CMD...   run CMD as root on node N (1 or 2); its exit status is ours
 #   install/lab.sh status          what is running
 #   install/lab.sh down            stop and remove everything the lab made but its cache
@@ -364,6 +365,15 @@ kubectl_() {
     "$b/kubectl" --kubeconfig "$LAB_STATE/pki/admin-host.conf" "$@"
 }
 
+# helm's cache, config and release-repository files live with the lab (`down` removes them).
+helm_() {
+    local b
+    b=$(lab_bin_dir helm)
+    [[ -x $b/helm ]] || die "no helm in $b: install/lab/build.sh helm builds it"
+    HELM_CACHE_HOME=$LAB_STATE/helm/cache HELM_CONFIG_HOME=$LAB_STATE/helm/config HELM_DATA_HOME=$LAB_STATE/helm/data \
+        "$b/helm" --kubeconfig "$LAB_STATE/pki/admin-host.conf" "$@"
+}
+
 up() {
     check_prerequisites
     is_up && die "the lab is up already (install/lab.sh down first, or status)"
@@ -454,6 +464,11 @@ kubectl)
     shift
     is_up || die "the lab is not up"
     kubectl_ "$@"
+    ;;
+helm)
+    shift
+    is_up || die "the lab is not up"
+    helm_ "$@"
     ;;
 # The node VMs' supervisors run this (boot_node), in a session of their own.
 __supervise) . "$LAB_STATE/lab.env" && supervise_node "$2" ;;

@@ -257,23 +257,7 @@ fn a_pod_without_a_prepared_claim_gets_122_and_nothing_changes() {
 /// libcni-run (tests/support/libcni), built by `install/lab/build.sh libcni` into the lab's
 /// cache (`$RDMA_NS_LAB_CACHE`, default ~/.cache/rdma-ns/lab, `bin/libcni-<version>`).
 fn libcni_run() -> std::path::PathBuf {
-    let versions =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/install/lab/versions"))
-            .unwrap();
-    let version = versions
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("libcni ")
-                .and_then(|r| r.split_whitespace().nth(1))
-        })
-        .expect("a libcni line in install/lab/versions");
-    let cache = std::env::var_os("RDMA_NS_LAB_CACHE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/rdma-ns/lab")
-        });
-    let bin = cache.join(format!("bin/libcni-{version}/libcni-run"));
+    let bin = apiserver::lab_bin_dir("libcni").join("libcni-run");
     assert!(
         bin.exists(),
         "{} is missing: build it with install/lab/build.sh libcni (tests/run.sh does)",

@@ -52,7 +52,7 @@ KUBE_SMOKE=(recipe traffic-across-nodes dra-across-nodes)
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins dra_apiserver dra_attach dra_build dra_kills fault_detection fuzz_binary hardening move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins dra_apiserver dra_attach dra_build dra_kills fault_detection fuzz_binary hardening helm move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from
@@ -63,7 +63,8 @@ ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plu
 # iputils-arping and iputils-ping: tests/rails.rs asks a rail's segment which MACs answer ARP
 # for an address, and pings across a rail fabric from a rail's address.
 # protobuf-compiler: protoc compiles the kubelet's protos (proto/) for rdma-ns-dra (feature
-# dra, which every cargo tier builds with); openssl: tests/dra_apiserver.rs's certificates.
+# dra, which every cargo tier builds with); openssl: the certificates of
+# tests/common/apiserver.rs (dra_apiserver, helm).
 ROOT_PKGS=(iproute2 containernetworking-plugins python3 util-linux linux-libc-dev libibverbs-dev
   librdmacm-dev clang libclang-dev pkg-config iputils-arping iputils-ping protobuf-compiler openssl
   gcc libc6-dev libseccomp-dev)
@@ -218,14 +219,14 @@ fi
 
 # The lab's components, built from the Go module proxy at install/lab/versions' pins (cached by
 # version: a second run builds nothing). The root tier needs Kubernetes and etcd
-# (dra_apiserver) and libcni's harness (dra_attach), the kube tier all of them; its time is the
-# cold build's share of a fresh run.
+# (dra_apiserver, helm), libcni's harness (dra_attach), helm and Multus's NetworkAttachmentDefinition
+# CRD (helm), the kube tier all of them; its time is the cold build's share of a fresh run.
 if [ ! -f "$LAB_BUILD" ]; then
   fail_tier lab-build "$LAB_BUILD is missing"
 elif [ "$run_kube" != none ]; then
   run_tier lab-build exit bash "$LAB_BUILD"
 else
-  run_tier lab-build exit bash "$LAB_BUILD" kubernetes libcni
+  run_tier lab-build exit bash "$LAB_BUILD" kubernetes libcni helm multus
 fi
 
 if [ "${#root_missing[@]}" -gt 0 ]; then

@@ -168,6 +168,16 @@ build_libcni() {
     go build -C "$src" -mod=readonly -trimpath -ldflags "-s -w" -o "$out/libcni-run" .
 }
 
+# helm, for the chart of install/helm/rdma-ns (lab.sh helm, tests/helm.rs). Its Makefile's
+# ldflags for a tagged release: the version, no "unreleased" metadata.
+build_helm() {
+    local out=$1 src v pkg=helm.sh/helm/v4/internal/version
+    v=$(lab_version helm)
+    src=$(module_copy helm)
+    go build -C "$src" -trimpath -ldflags "-s -w -X $pkg.version=$v -X $pkg.metadata= -X $pkg.gitTreeState=clean" \
+        -o "$out/helm" ./cmd/helm
+}
+
 # The stamp: the component's recipe (its build function, as bash prints it) and what went into
 # the build (the version, the Go version, and for kubernetes its go.mod, go.sum and main.go), so
 # a changed pin or recipe rebuilds that component and nothing else does.

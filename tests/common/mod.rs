@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+pub mod apiserver;
 pub mod fabric;
 
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-ns");

@@ -47,6 +47,7 @@ import cases_traffic  # noqa: E402,F401
 import cases_lifecycle  # noqa: E402,F401
 import cases_dra  # noqa: E402,F401
 import cases_dra_life  # noqa: E402,F401
+import cases_helm  # noqa: E402,F401
 
 
 def main():

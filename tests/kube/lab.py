@@ -64,6 +64,12 @@ class Lab:
     def kubectl(self, *args, input=None, check=True, timeout=300):
         return self._run(["bash", self.lab_sh, "kubectl", *args], input, check, timeout).stdout
 
+    def helm(self, *args, check=True, timeout=300):
+        """helm against the lab (install/lab.sh helm); its stdout, or with check=False the
+        CompletedProcess."""
+        p = self._run(["bash", self.lab_sh, "helm", *args], None, check, timeout)
+        return p.stdout if check else p
+
     def kjson(self, *args):
         return json.loads(self.kubectl(*args, "-o", "json"))
 
