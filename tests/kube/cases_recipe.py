@@ -110,3 +110,29 @@ def attachments_metric(text):
     """How many attachments the exporter's rdma_ns_attachment_info samples count."""
     return sum(1 for line in text.splitlines()
                if line.startswith("rdma_ns_attachment_info{") and line.endswith(" 1"))
+
+
+def readme_pod():
+    """README's "A pod of your own" example, as README gives it (the YAML block after that line)."""
+    import os
+    from lab import REPO
+    text = open(os.path.join(REPO, "README.md")).read()
+    start = text.index("A pod of your own")
+    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    if not block:
+        raise Fail("README has no YAML block after \"A pod of your own\"")
+    return block.group(1)
+
+
+@case
+def readme_own_pod(lab):
+    """A user's own pod, exactly as README writes it (`image: rdma-ns/lab-tools`, the name README
+    gives): Ready on the lab's network, and `rdma-ns env` in it names its own device."""
+    manifest = readme_pod().replace("name: mine", "name: t-mine")
+    lab.apply(manifest)
+    lab.wait_ready("t-mine", seconds=900)
+    env = json.loads(lab.pod_exec("t-mine", "rdma-ns", "env", "--format", "json").stdout)
+    if not env["env"].get("NCCL_IB_HCA"):
+        raise Fail(f"t-mine: rdma-ns env names no device: {env}")
+    print(f"      t-mine: {env['env']['NCCL_IB_HCA']} GID {env['env'].get('NCCL_IB_GID_INDEX')}")
+    lab.delete_pods("t-mine")
