@@ -52,7 +52,7 @@ KUBE_SMOKE=(recipe traffic-across-nodes dra-across-nodes)
 # tests/*.rs (and tests/*/main.rs) target must be here or be a vm_* target (the VM tier runs
 # those: tests/vm/cases); the check below fails the root tier otherwise, so a new test file
 # cannot silently run nowhere.
-ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins dra_apiserver dra_attach dra_build dra_kills fault_detection fuzz_binary hardening helm move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
+ROOT_TARGETS=(capabilities child_modes cli conf_examples crash_safety device_plugins dra_apiserver dra_attach dra_build dra_kills dra_status_kills fault_detection fuzz_binary hardening helm move_mode multus netlink_root node_cli operations probe_build random_kills rails soft_roce)
 
 # ---------------------------------------------------------------- packages
 # The unit and root tiers: iproute2 to set up and inspect, host-local/static IPAM from

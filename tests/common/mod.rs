@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde_json::Value;
 
 pub mod apiserver;
+#[cfg(feature = "dra")]
+pub mod dra;
 pub mod fabric;
 
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-ns");
