@@ -351,10 +351,10 @@ nodes_ready() {
     [[ $(grep -c True <<<"$ready") == "${#NODES[@]}" ]]
 }
 
-# ---- the install recipe (docs/install.md) ------------------------------------------------
+# ---- the install recipe (README's chart, docs/install.md) -----------------------------------
 recipe() {
-    step "docs/install.md's \"Install on a cluster\" (install/lab/recipe.sh)"
-    LAB_KUBECTL="$0 kubectl" bash "$LAB_DIR/recipe.sh" >&2
+    step "README's \"Install with Helm\" and docs/install.md (install/lab/recipe.sh)"
+    LAB_KUBECTL="$0 kubectl" LAB_HELM="$0 helm" bash "$LAB_DIR/recipe.sh" >&2
     done_step
 }
 

@@ -8,6 +8,9 @@ the lab (install/lab/recipe.sh). Each reads YAML documents from FILE and prints 
     manifests.py nad FILE KEY=JSON...
         the rdma-ns plugin of each NetworkAttachmentDefinition's config: KEY set to the JSON
         value (`master="rail0"`, `softRoce=true`); `capabilities.X=true` sets one capability
+    manifests.py chart-nads VALUES NAME=MASTER...
+        values for install/helm/rdma-ns (VALUES: its values.yaml) that turn its NADs on, only
+        the NAMEs, each rdma-ns plugin of theirs with that master and softRoce
     manifests.py pod FILE NAME NODE IMAGE [NETWORKS]
         a pod shaped like FILE (conf/pod.yaml), for the lab: named NAME, on node NODE, its
         containers on IMAGE running `sleep`, privileged (a Soft-RoCE device is made at the pod's
@@ -70,6 +73,25 @@ def nad(path, *settings):
     return docs
 
 
+def chart_nads(path, *pairs):
+    masters = dict(p.split("=", 1) for p in pairs)
+    networks = load(path)[0]["nads"]["networks"]
+    unknown = set(masters) - set(networks)
+    if unknown:
+        sys.exit(f"manifests.py: {path} has no network {', '.join(sorted(unknown))}")
+    # --reuse-values merges maps but replaces lists: each chosen network's plugins go whole.
+    out = {}
+    for name, net in networks.items():
+        out[name] = {"enabled": name in masters}
+        if name in masters:
+            plugins = net["config"]["plugins"]
+            for p in plugins:
+                if p.get("type") == "rdma-ns":
+                    p.update(master=masters[name], softRoce=True)
+            out[name]["config"] = {"plugins": plugins}
+    return [{"nads": {"enabled": True, "networks": out}}]
+
+
 def pod(path, name, node, ref, networks=None):
     docs = load(path)
     pods = [d for d in docs if d.get("kind") == "Pod"]
@@ -114,9 +136,9 @@ def literal_blocks(dumper, value):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("image", "nad", "pod"):
+    if len(argv) < 2 or argv[0] not in ("image", "nad", "chart-nads", "pod"):
         sys.exit(__doc__)
-    docs = globals()[argv[0]](*argv[1:])
+    docs = globals()[argv[0].replace("-", "_")](*argv[1:])
     yaml.SafeDumper.add_representer(str, literal_blocks)
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 

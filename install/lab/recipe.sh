@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# docs/install.md's "Install on a cluster", carried out on the lab as a user would, plus what the recipe
-# assumes a cluster already has (Multus, whereabouts for conf/'s IPAM, the device plugin, NFD).
-# install/lab.sh up runs it with LAB_KUBECTL set to its own `kubectl` verb; each step says which
-# docs/install.md step or which project's own instructions it follows. Images are the lab's local builds
-# (install/lab/images.sh): setting `image:` is the one edit docs/install.md asks for.
+# README's "Install with Helm" and docs/install.md's "Install on a cluster", carried out on the lab
+# as a user would, plus what they assume a cluster already has (Multus, whereabouts for conf/'s
+# IPAM, the device plugin, NFD). install/lab.sh up runs it with LAB_KUBECTL and LAB_HELM set to
+# its own `kubectl` and `helm` verbs; each step says which docs/install.md step or which
+# project's own instructions it follows. Images are the lab's local builds
+# (install/lab/images.sh): setting the images is the one edit the chart asks for. rdma-ns's own
+# parts come from its chart (install/helm/rdma-ns), one release that each step adds its part to.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
 read -r -a KUBECTL <<<"${LAB_KUBECTL:?set by install/lab.sh}"
+read -r -a HELM <<<"${LAB_HELM:?set by install/lab.sh}"
+CHART=$LAB_REPO/install/helm/rdma-ns
 MANIFESTS=(python3 "$LAB_DIR/manifests.py")
 ref() { awk -v n="$1" '$1 == n { print $2 }' "$LAB_CACHE/images/refs"; }
 k() { "${KUBECTL[@]}" "$@"; }
 apply() { k apply -f - >&2; }
 rollout() { k -n "$1" rollout status "$2" --timeout "${3:-1200s}" >&2; }
+# The release with ARGS over the values it has so far.
+release() { "${HELM[@]}" upgrade --install rdma-ns "$CHART" -n kube-system --reuse-values "$@" >&2; }
 
-# docs/install.md step 1: the installer DaemonSet, with its image set; rdma-ns lands in each node's
-# /opt/cni/bin. Its `reconcile` container runs too.
+# docs/install.md step 1: the chart's installer DaemonSet, with its image set; rdma-ns lands in each
+# node's /opt/cni/bin. Its `reconcile` container runs too. The driver is the DRA cases' to
+# install (tests/kube/cases_dra.py), so the release starts without it.
 installer() {
-    say "recipe 1: install/daemonset.yaml with image $(ref installer)"
-    "${MANIFESTS[@]}" image "$LAB_REPO/install/daemonset.yaml" "$(ref installer)" | apply
+    local r
+    r=$(ref installer)
+    say "recipe 1: install/helm/rdma-ns, the installer with image $r"
+    release --set installer.image.repository="${r%:*}" --set-string installer.image.tag="${r##*:}" \
+        --set driver.enabled=false --set deviceClasses.enabled=false
 }
 
 # Multus, thin plugin: deployments/multus-daemonset.yml of its module, image set.
@@ -38,12 +48,12 @@ whereabouts() {
     "${MANIFESTS[@]}" image "$d/daemonset-install.yaml" "$(ref whereabouts)" | apply
 }
 
-# docs/install.md step 3's device plugin: conf/device-plugins' ConfigMap, then the plugin as its README
-# deploys it (deployment/k8s/base: its DaemonSet; its example ConfigMap of the same name is
-# what conf/ replaces, so it is not applied).
+# docs/install.md step 3's device plugin: the chart's ConfigMap (conf/device-plugins'), then the plugin
+# as its README deploys it (deployment/k8s/base: its DaemonSet; its example ConfigMap of the
+# same name is what the chart's replaces, so it is not applied).
 device_plugin() {
-    say "the RDMA shared device plugin $(lab_version rdma-shared-dp): conf/device-plugins ConfigMap, its DaemonSet"
-    k apply -f "$LAB_REPO/conf/device-plugins/rdma-shared-dev-plugin.yaml" >&2
+    say "the RDMA shared device plugin $(lab_version rdma-shared-dp): the chart's ConfigMap, its DaemonSet"
+    release --set devicePluginConfig.enabled=true
     "${MANIFESTS[@]}" image "$(lab_bin_dir rdma-shared-dp)/deployment/k8s/base/daemonset.yaml" "$(ref rdma-shared-dp)" | apply
 }
 
@@ -85,14 +95,14 @@ node_agent() {
     "${MANIFESTS[@]}" image "$LAB_REPO/install/node-agent.yaml" "$(ref installer)" | apply
 }
 
-# docs/install.md step 3: conf/'s NADs with the lab's masters and softRoce (the rails have no RDMA
-# device of their own: every pod gets its own Soft-RoCE device).
+# docs/install.md step 3: the chart's NADs (conf/'s) roce-shared, roce-lossless, rail0 and rail1 with the
+# lab's masters and softRoce (the rails have no RDMA device of their own: every pod gets its own
+# Soft-RoCE device); the others off. After Multus, whose CRD they need.
 networks() {
-    say "recipe 3: conf/nad-macvlan.yaml, nad-macvlan-qos.yaml, nad-rail0.yaml, nad-rail1.yaml: masters rail0/rail1, softRoce"
-    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-macvlan.yaml" 'master="rail0"' softRoce=true | apply
-    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-macvlan-qos.yaml" 'master="rail0"' softRoce=true | apply
-    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail0.yaml" 'master="rail0"' softRoce=true | apply
-    "${MANIFESTS[@]}" nad "$LAB_REPO/conf/nad-rail1.yaml" 'master="rail1"' softRoce=true | apply
+    say "recipe 3: install/helm/rdma-ns's NADs roce-shared, roce-lossless, rail0, rail1: masters rail0/rail1, softRoce"
+    "${MANIFESTS[@]}" chart-nads "$CHART/values.yaml" roce-shared=rail0 roce-lossless=rail0 rail0=rail0 rail1=rail1 \
+        >"$LAB_STATE/recipe-nads.yaml"
+    release -f "$LAB_STATE/recipe-nads.yaml"
 }
 
 # docs/install.md step 4: two pods shaped like conf/pod.yaml, one on each node.
