@@ -265,6 +265,36 @@ macro_rules! log_debug {
     ($($arg:tt)*) => { $crate::log_at!($crate::log::Level::Debug, $($arg)*) };
 }
 
+/// Runs `work`, then logs at debug how long it took, as `<what>: <ms> ms`: rdma-ns's own
+/// timings of an ADD (the command, each step, the IPAM plugin, the claim's CDI edits), which
+/// tests/bench/kube_start_bench.py reads from a `logFile` at `logLevel: debug`
+/// (docs/configuration.md, "Timings"). Off, it costs nothing but the level check.
+pub fn timed<T>(what: impl FnOnce() -> String, work: impl FnOnce() -> T) -> T {
+    if !enabled(Level::Debug) {
+        return work();
+    }
+    let started = std::time::Instant::now();
+    let out = work();
+    log(
+        Level::Debug,
+        &format!("{}: {}", what(), millis(started.elapsed())),
+    );
+    out
+}
+
+/// When this process's command began: its first log sink's setup ([`init`]), or the first
+/// call here.
+pub fn began() -> std::time::Instant {
+    *BEGAN.get_or_init(std::time::Instant::now)
+}
+
+static BEGAN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// `12.3 ms`: the unit every timing line uses.
+pub fn millis(d: std::time::Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
 pub fn error(msg: &str) {
     log(Level::Error, msg)
 }

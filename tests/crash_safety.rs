@@ -12,12 +12,12 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 
-/// The `step X done` lines of a debug log, in order, for one command's pid.
+/// The `step X done: T ms` lines of a debug log, in order, for one command's pid.
 fn steps_in(log: &str) -> Vec<String> {
     log.lines()
         .filter(|l| l.contains(" debug: "))
         .filter_map(|l| l.split_once(" step ").map(|(_, r)| r))
-        .filter_map(|r| r.strip_suffix(" done"))
+        .filter_map(|r| r.split_once(" done: ").map(|(step, _)| step))
         .map(str::to_string)
         .collect()
 }
@@ -111,7 +111,18 @@ fn every_kill_point(mode: &str, rail: bool) {
     let mut conf = s.conf.clone();
     conf["logFile"] = json!(log);
     s.call("ADD").run(&conf).ok();
-    let add_steps = steps_in(&std::fs::read_to_string(&log).unwrap());
+    let add_log = std::fs::read_to_string(&log).unwrap();
+    let add_steps = steps_in(&add_log);
+    // rdma-ns's own timings (docs/configuration.md, "Timings"): the command's, and its IPAM
+    // plugin's exec.
+    for timing in ["Add: ", "IPAM plugin "] {
+        assert!(
+            add_log.lines().any(|l| l.contains(" debug: [container=")
+                && l.contains(timing)
+                && l.ends_with(" ms")),
+            "{mode}: no `{timing}... ms` line: {add_log}"
+        );
+    }
     assert!(s.ns.link("net1").is_some(), "the pod interface exists");
     assert_eq!(
         s.ns.link("net1").unwrap()["ifalias"],

@@ -460,11 +460,11 @@ fn vm_soft_roce_exclusive_pods_see_only_their_own_device_and_carry_verbs_and_ucx
     del_removes_every_device(&[&a, &b]);
 }
 
-/// The `step X done` lines of a debug log that name a soft-roce kill point, in order.
+/// The `step X done: T ms` lines of a debug log that name a soft-roce kill point, in order.
 fn soft_roce_steps(log: &str) -> Vec<String> {
     log.lines()
         .filter(|l| l.contains(" debug: "))
-        .filter_map(|l| l.split_once(" step ")?.1.strip_suffix(" done"))
+        .filter_map(|l| Some(l.split_once(" step ")?.1.split_once(" done: ")?.0))
         .filter(|s| s.starts_with("soft-roce"))
         .map(str::to_string)
         .collect()

@@ -235,11 +235,17 @@ impl RdmaNs {
             cdi_dir: &wanted.cdi_dir,
         };
         let sys = SysRoot::from_env();
-        let env = match &req.env.netns {
-            Some(netns) => claim::report::pod_variables(netns, &sys, &dev_dir()),
-            None => Vec::new(),
-        };
-        claim::report::report_pod(&sys, &dirs, &store, &att, dra, &env)
+        let env = crate::log::timed(
+            || "the pod's variables".to_string(),
+            || match &req.env.netns {
+                Some(netns) => claim::report::pod_variables(netns, &sys, &dev_dir()),
+                None => Vec::new(),
+            },
+        );
+        crate::log::timed(
+            || format!("the CDI edits of claim {}", dra.claim),
+            || claim::report::report_pod(&sys, &dirs, &store, &att, dra, &env),
+        )
     }
 
     /// After an ADD of a conf that names no claim: the pod's extended-resource claim's device on

@@ -33,7 +33,13 @@ impl Fault {
 /// Stops this invocation at `step` when `fault` says to kill it there; the error is what a
 /// simulated kill leaves its caller (nothing may run after it).
 pub fn kill_point(fault: Option<&Fault>, step: &str) -> Result<()> {
-    crate::log_debug!("step {step} done");
+    // With the time since the previous step (or since the command began): rdma-ns's own
+    // timings (crate::log::timed).
+    let now = std::time::Instant::now();
+    let since = PREVIOUS_STEP
+        .replace(Some(now))
+        .unwrap_or_else(crate::log::began);
+    crate::log_debug!("step {step} done: {}", crate::log::millis(now - since));
     #[cfg(test)]
     VISITED.with(|v| v.borrow_mut().push(step.to_string()));
     match fault {
@@ -46,6 +52,11 @@ pub fn kill_point(fault: Option<&Fault>, step: &str) -> Result<()> {
         ))),
         _ => Ok(()),
     }
+}
+
+thread_local! {
+    /// When this thread passed its last step.
+    static PREVIOUS_STEP: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
 }
 
 #[cfg(test)]

@@ -87,6 +87,20 @@ pub fn exec_with(
     vars: &[(&str, OsString)],
 ) -> Result<Option<Value>> {
     let name = plugin_name(plugin);
+    crate::log::timed(
+        || format!("IPAM plugin {name} {command}"),
+        || run_plugin(plugin, &name, command, stdin, timeout, vars),
+    )
+}
+
+fn run_plugin(
+    plugin: &Path,
+    name: &str,
+    command: Command,
+    stdin: &[u8],
+    timeout: Duration,
+    vars: &[(&str, OsString)],
+) -> Result<Option<Value>> {
     let mut child = spawn(plugin, command, vars)?;
     let writer = feed_stdin(&mut child, stdin);
     let outcome = read_until_exit(&mut child, Instant::now() + timeout);
@@ -111,9 +125,9 @@ pub fn exec_with(
         }
     })?;
     if status.success() {
-        success_output(&name, command, &stdout)
+        success_output(name, command, &stdout)
     } else {
-        Err(failure(name, command, status, &stdout))
+        Err(failure(name.to_string(), command, status, &stdout))
     }
 }
 

@@ -80,6 +80,7 @@ pub fn dispatch(
     vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
     stdin: Vec<u8>,
 ) -> std::result::Result<Option<String>, (String, Error)> {
+    crate::log::began();
     let raw_env = env::RawEnv::from_vars(vars);
     let command = raw_env
         .command()
@@ -118,16 +119,23 @@ pub fn dispatch(
         req.env.ifname,
         req.env.netns
     );
+    crate::log::timed(
+        || format!("{command:?}"),
+        || run_command(plugin, &req, command),
+    )
+    .map_err(fail)
+}
+
+fn run_command(plugin: &dyn Plugin, req: &Request, command: Command) -> Result<Option<String>> {
     match command {
         Command::Add => {
-            let result = plugin.add(&req).map_err(fail)?;
-            let json = result.to_json(&req.conf.cni_version).map_err(fail)?;
-            Ok(Some(json))
+            let result = plugin.add(req)?;
+            Ok(Some(result.to_json(&req.conf.cni_version)?))
         }
-        Command::Del => plugin.del(&req).map(|_| None).map_err(fail),
-        Command::Check => plugin.check(&req).map(|_| None).map_err(fail),
-        Command::Status => plugin.status(&req).map(|_| None).map_err(fail),
-        Command::Gc => plugin.gc(&req).map(|_| None).map_err(fail),
+        Command::Del => plugin.del(req).map(|_| None),
+        Command::Check => plugin.check(req).map(|_| None),
+        Command::Status => plugin.status(req).map(|_| None),
+        Command::Gc => plugin.gc(req).map(|_| None),
         Command::Version => unreachable!("handled above"),
     }
 }

@@ -135,13 +135,15 @@ impl DraPlugin for DraService {
     ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
         let mut out = NodePrepareResourcesResponse::default();
         for claim in &req.get_ref().claims {
+            let started = std::time::Instant::now();
             let answer = self.prepare_one(claim).await;
             if answer.error.is_empty() {
                 crate::log_info!(
-                    "prepared claim {}/{} ({})",
+                    "prepared claim {}/{} ({}) in {}",
                     claim.namespace,
                     claim.name,
-                    claim.uid
+                    claim.uid,
+                    crate::log::millis(started.elapsed())
                 );
             } else {
                 crate::log_error!("claim {}/{}: {}", claim.namespace, claim.name, answer.error);
