@@ -23,6 +23,7 @@ import node_bench
 import kube_bench
 import kube_dra_bench
 import kube_dra_api_bench
+import kube_start_bench
 import softroce_bench
 from node_bench import verdict
 
@@ -772,8 +773,8 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     # softroce boots the VM tier's Linux 7 kernel (tests/bench/softroce_bench.py), kube,
-    # kube-dra and kube-dra-api the Kubernetes lab (tests/bench/kube_bench.py, kube_dra_bench.py,
-    # kube_dra_api_bench.py): asked by name.
+    # kube-dra, kube-dra-api and kube-start the Kubernetes lab (tests/bench/kube_bench.py,
+    # kube_dra_bench.py, kube_dra_api_bench.py, kube_start_bench.py): asked by name.
     ap.add_argument("--only",
                     default="compare,compare-b2b,gap,macvlan,rails,scale,concurrency,start,rss,env,node")
     ap.add_argument("--phase-gap-ms", type=float, default=PHASE_GAP * 1000,
@@ -869,6 +870,8 @@ def main():
             kube_dra_bench.run(REPO, out, failures)
         if "kube-dra-api" in only:
             kube_dra_api_bench.run(REPO, out, failures)
+        if "kube-start" in only:
+            kube_start_bench.run(REPO, out, failures)
     finally:
         samples.f.close()
         subprocess.run(["ip", "netns", "delete", HOST_NS_NAME], capture_output=True)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark of move mode against Debian's host-device, macvlan mode against Debian's macvlan, each
 # with an iproute2 floor (see docs/benchmarks.md).
-#   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,macvlan,rails,scale,concurrency,start,rss,env,node,softroce,kube,kube-dra,kube-dra-api]
+#   tests/bench/run.sh [--cycles N] [--smoke] [--only compare,macvlan,rails,scale,concurrency,start,rss,env,node,softroce,kube,kube-dra,kube-dra-api,kube-start]
 # (softroce, asked by name only, boots the VM tier's Linux 7 kernel: tests/bench/softroce_bench.py)
-# (kube, kube-dra and kube-dra-api, asked by name only, run on the Kubernetes lab:
-# tests/bench/kube_bench.py, kube_dra_bench.py, kube_dra_api_bench.py)
+# (kube, kube-dra, kube-dra-api and kube-start, asked by name only, run on the Kubernetes lab:
+# tests/bench/kube_bench.py, kube_dra_bench.py, kube_dra_api_bench.py, kube_start_bench.py)
 # As root on the machine's own kernel. Prints a table; raw samples go to results/bench-*/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

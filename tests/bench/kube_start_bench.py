@@ -1,0 +1,276 @@
+"""Section `kube-start` of the benchmark (asked by name: `tests/bench/run.sh --only kube-start`):
+issue 40's pod start figures, on the Kubernetes lab (up already, or brought up here and taken
+down again, as section `kube` does).
+
+Pod start to Ready on node1, alternating pairs, medians and ratios:
+- standalone: a DRA pod (its claim from tests/kube/cases_dra.py's template, its variables
+  through the claim's CDI edits) on a node whose runtime runs conf/dra/standalone.conflist's
+  chain (the lab's default network, then rdma-ns with `"dra": {"ifname": "net1"}`; no
+  Multus), against the same pod without the claim (the default network only, through the same
+  chain). The chain goes in as /etc/cni/net.d/00-dra-standalone.conflist: the runtime takes the
+  first file in lexical order, ahead of Multus's 00-multus.conf, and the lab's Multus thin
+  entrypoint does not watch the directory (no --cleanup-config-on-exit), so it neither
+  notices nor rewrites anything. The file goes again before the next part. Target: at most
+  1.10 times.
+- multus: the DRA pod through Multus and conf/dra/nad-dra.yaml, against the same pod without
+  the claim and the network (Multus with the default network only).
+
+Each time runs from the pod's PodScheduled condition to its Ready condition as the API server
+stamped them (1 s resolution; the scheduler allocates the claim before PodScheduled). Then
+where the difference goes, from node1's own clocks:
+- containerd's log: RunPodSandbox (every CNI plugin's ADD inside it) and the containers'
+  creation and start (the CDI edits applied there);
+- rdma-ns's own timings (docs/configuration.md, "Timings"; the bench's networks log at debug,
+  in JSON, to /var/log/rdma-ns-bench.log): the whole ADD, the IPAM plugin's exec, each step,
+  the pod's variables, the claim's CDI edits;
+- the driver's log: its prepare of the pod's claim (the kubelet's, before the sandbox).
+Multus's own share is what the sandbox's difference leaves after rdma-ns's ADD: the thin
+plugin logs no timings of its own at the lab's level. The rest (the kubelet, the status's way
+to the API server) is the total's difference less all of these. Under TCG every figure is an
+emulated machine's.
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+from datetime import datetime
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "kube"))
+
+import yaml  # noqa: E402
+from lab import Fail, wait_until  # noqa: E402
+import cases_dra  # noqa: E402
+from kube_bench import on_lab  # noqa: E402
+
+PAIRS = int(os.environ.get("RDMA_NS_BENCH_START_PAIRS", "5"))
+NODE = 1
+LOG = "/var/log/rdma-ns-bench.log"
+STANDALONE = "/etc/cni/net.d/00-dra-standalone.conflist"
+TIMING = {"logFile": LOG, "logLevel": "debug", "logFormat": "json"}
+TIMED = re.compile(r"^(?P<what>.+): (?P<ms>[0-9.]+) ms$")
+STEP = re.compile(r"^step (?P<step>\S+) done: (?P<ms>[0-9.]+) ms$")
+
+
+def stamp(text):
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def condition_time(pod, kind):
+    conds = [c for c in pod["status"].get("conditions", []) if c.get("type") == kind and c.get("status") == "True"]
+    if not conds:
+        raise Fail(f"{pod['metadata']['name']}: no {kind} condition")
+    return stamp(conds[0]["lastTransitionTime"])
+
+
+# ---- the pods --------------------------------------------------------------------------------
+def pod_spec(lab, name, claim, network):
+    """conf/dra/pod-dra.yaml for the lab on node1: with the template's claim or without it, with
+    the Multus network or without it. Both kinds go through the scheduler (a nodeSelector, not
+    nodeName), so that PodScheduled means the same for both."""
+    text = lab.manifests("pod", cases_dra.POD_FILE, name, f"node{NODE}", lab.image("lab-tools"), network or "")
+    pod = next(d for d in yaml.safe_load_all(text) if d)
+    spec = pod["spec"]
+    spec.pop("nodeName", None)
+    spec["nodeSelector"] = {"kubernetes.io/hostname": f"node{NODE}"}
+    if claim:
+        spec["resourceClaims"][0]["resourceClaimTemplateName"] = cases_dra.TEMPLATE["metadata"]["name"]
+    else:
+        spec.pop("resourceClaims", None)
+        for c in spec["containers"]:
+            c.pop("resources", None)
+    return json.dumps(pod)
+
+
+def start(lab, name, claim, network):
+    """One pod created, waited for and deleted: its times and what the node's logs need."""
+    lab.apply(pod_spec(lab, name, claim, network))
+    lab.wait_ready(name, seconds=1800)
+    pod = lab.kjson("get", "pod", name)
+    took = (condition_time(pod, "Ready") - condition_time(pod, "PodScheduled")).total_seconds()
+    claim_name = cases_dra.claim_of(lab, name)["metadata"]["name"] if claim else None
+    if claim and name.endswith("-0"):
+        variables_arrived(lab, name)
+    lab.delete_pods(name, seconds=1800)
+    return {"name": name, "seconds": took, "claim": claim_name}
+
+
+def variables_arrived(lab, pod):
+    """The DRA pod started with its NCCL and UCX variables (issue 40 §1): the figures time a pod
+    that has them."""
+    env = lab.pod_exec(pod, "env").stdout
+    missing = [v for v in ("NCCL_IB_HCA=", "NCCL_IB_GID_INDEX=", "UCX_NET_DEVICES=") if v not in env]
+    if missing:
+        raise Fail(f"{pod}: no {', '.join(missing)} in its environment")
+
+
+def pairs(lab, tag, network):
+    """PAIRS alternating pairs: the DRA pod, then the pod without the claim."""
+    runs = []
+    for i in range(PAIRS):
+        runs.append((start(lab, f"bench-{tag}-dra-{i}", True, network), start(lab, f"bench-{tag}-plain-{i}", False, None)))
+    return runs
+
+
+# ---- the node's logs -------------------------------------------------------------------------
+def containerd_times(text, pod):
+    """From containerd's log: (RunPodSandbox ms, sandbox's return to the last container's start
+    ms) of pod's last sandbox."""
+    def when(line):
+        return stamp(re.search(r'time="([^"]+)"', line).group(1))
+    start = end = sandbox = None
+    for line in text.splitlines():
+        if f"RunPodSandbox for &PodSandboxMetadata{{Name:{pod}," not in line:
+            continue
+        m = re.search(r'returns sandbox id \\"([0-9a-f]+)\\"', line)
+        if m:
+            end, sandbox = when(line), m.group(1)
+        elif "failed" not in line:
+            start = when(line)
+    if not (start and end and sandbox):
+        raise Fail(f"node{NODE}'s containerd log has no RunPodSandbox of {pod}")
+    containers = set(re.findall(rf'CreateContainer within sandbox \\"{sandbox}\\".*returns container id \\"([0-9a-f]+)\\"', text))
+    started = [when(l) for l in text.splitlines()
+               if "returns successfully" in l and any(f'StartContainer for \\"{c}\\"' in l for c in containers)]
+    if not started:
+        raise Fail(f"node{NODE}'s containerd log has no started container of {pod} (sandbox {sandbox})")
+    return (end - start).total_seconds() * 1e3, (max(started) - end).total_seconds() * 1e3
+
+
+def rdma_ns_times(lines, pod):
+    """rdma-ns's timings of pod's ADD: {what: ms}, steps under `step <name>`."""
+    out = {}
+    for line in lines:
+        if line.get("pod") != f"default/{pod}":
+            continue
+        msg = line.get("msg", "")
+        m = STEP.match(msg) or TIMED.match(msg)
+        if not m:
+            continue
+        key = f"step {m.group('step')}" if "step" in m.groupdict() else m.group("what")
+        if key.startswith("IPAM plugin ") and not key.endswith(" ADD"):
+            continue
+        if key == "Del" or key.startswith("step del-"):
+            continue
+        out[key] = out.get(key, 0.0) + float(m.group("ms"))
+    return out
+
+
+def prepare_ms(driver_log, claim):
+    m = re.search(rf"prepared claim default/{re.escape(claim)} \([^)]*\) in ([0-9.]+) ms", driver_log)
+    if not m:
+        raise Fail(f"the driver on node{NODE} logged no prepare of claim {claim}")
+    return float(m.group(1))
+
+
+def node_times(lab, runs):
+    """Each run's sandbox, containers, rdma-ns and prepare figures, from node1's logs."""
+    containerd = lab.sh(NODE, "cat /var/log/lab/containerd.log")
+    ours = [json.loads(l) for l in lab.sh(NODE, f"cat {LOG} 2>/dev/null || true").splitlines() if l.startswith("{")]
+    pods = lab.kubectl("-n", "kube-system", "get", "pods", "-l", "app=rdma-ns-dra",
+                       f"--field-selector=spec.nodeName=node{NODE}", "-o", "name").split()
+    driver = "".join(lab.kubectl("-n", "kube-system", "logs", p, check=False) for p in pods)
+    for run in runs:
+        run["sandbox_ms"], run["containers_ms"] = containerd_times(containerd, run["name"])
+        run["rdma_ns"] = rdma_ns_times(ours, run["name"])
+        run["prepare_ms"] = prepare_ms(driver, run["claim"]) if run["claim"] else 0.0
+        if run["claim"] and "Add" not in run["rdma_ns"]:
+            raise Fail(f"{run['name']}: rdma-ns logged no ADD timing in {LOG}")
+
+
+# ---- the figures -----------------------------------------------------------------------------
+def med(values):
+    return statistics.median(values) if values else 0.0
+
+
+def breakdown(runs):
+    """The DRA pods' median figures less the plain pods', by component."""
+    dra, plain = [r[0] for r in runs], [r[1] for r in runs]
+    ours = [r["rdma_ns"] for r in dra]
+    add = med([o.get("Add", 0.0) for o in ours])
+    part = lambda key: med([sum(v for k, v in o.items() if k.startswith(key)) for o in ours])  # noqa: E731
+    steps = {}
+    for o in ours:
+        for k, v in o.items():
+            if k.startswith("step "):
+                steps.setdefault(k[5:], []).append(v)
+    top = sorted(((med(v), k) for k, v in steps.items()), reverse=True)[:4]
+    sandbox = med([r["sandbox_ms"] for r in dra]) - med([r["sandbox_ms"] for r in plain])
+    containers = med([r["containers_ms"] for r in dra]) - med([r["containers_ms"] for r in plain])
+    prepare = med([r["prepare_ms"] for r in dra])
+    total = (med([r["seconds"] for r in dra]) - med([r["seconds"] for r in plain])) * 1e3
+    return ("sandbox %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, CDI edits %.1f, "
+            "steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), containers' create and start %+.0f ms, "
+            "the driver's prepare %.0f ms, the rest (kubelet, API server) %+.0f ms" % (
+                sandbox, add, part("IPAM plugin "), part("the pod's variables"), part("the CDI edits"),
+                part("step "), ", ".join("%s %.0f" % (k, v) for v, k in top), sandbox - add, containers,
+                prepare, total - sandbox - containers - prepare))
+
+
+def report(out, tag, what, runs):
+    dra = [r[0]["seconds"] for r in runs]
+    plain = [r[1]["seconds"] for r in runs]
+    m_dra, m_plain = med(dra), med(plain)
+    out("kube-start %s (node%d, %d alternating pairs, PodScheduled to Ready): %s median %.0f s, without the "
+        "claim median %.0f s, ratio %.2f (samples %s / %s)" % (
+            tag, NODE, len(runs), what, m_dra, m_plain, m_dra / m_plain if m_plain else float("nan"),
+            " ".join("%.0f" % s for s in dra), " ".join("%.0f" % s for s in plain)))
+    out("kube-start %s where the DRA pod's extra time goes (medians, node%d's clocks): %s" % (tag, NODE, breakdown(runs)))
+
+
+# ---- the two parts ---------------------------------------------------------------------------
+def standalone_conflist(lab):
+    """The lab's default network (10-bridge.conflist) with rdma-ns after it, as
+    conf/dra/standalone.conflist chains them, at the bench's log level."""
+    chain = json.loads(lab.sh(NODE, "cat /etc/cni/net.d/10-bridge.conflist"))
+    shipped = json.load(open(os.path.join(cases_dra.REPO, "conf/dra/standalone.conflist")))
+    ours = dict(next(p for p in shipped["plugins"] if p["type"] == "rdma-ns"), **TIMING)
+    ours["ipam"] = dict(ours["ipam"], ranges=[[{"subnet": "192.168.121.0/24"}]], dataDir="/var/lib/cni/networks-rdma-bench")
+    chain["plugins"].append(ours)
+    return json.dumps(chain, indent=2)
+
+
+def runtime_chain_has_rdma_ns(lab):
+    info = json.loads(lab.node(NODE, "crictl", "info").stdout)
+    return '"rdma-ns"' in json.dumps(info.get("cniconfig", {}))
+
+
+def standalone(lab, out):
+    lab.node(NODE, "tee", STANDALONE, input=standalone_conflist(lab))
+    try:
+        wait_until(f"node{NODE}'s containerd on {STANDALONE}", 120, lambda: runtime_chain_has_rdma_ns(lab))
+        runs = pairs(lab, "sa", None)
+        node_times(lab, [r for pair in runs for r in pair])
+    finally:
+        lab.node(NODE, "rm", "-f", STANDALONE)
+        wait_until(f"node{NODE}'s containerd back on Multus", 120, lambda: not runtime_chain_has_rdma_ns(lab))
+    report(out, "standalone", "DRA pod through the standalone conflist", runs)
+
+
+def through_multus(lab, out):
+    nad = next(d for d in yaml.safe_load_all(open(cases_dra.NAD_FILE)) if d)
+    config = json.loads(nad["spec"]["config"])
+    for p in config["plugins"]:
+        if p["type"] == "rdma-ns":
+            p.update(TIMING)
+    nad["spec"]["config"] = json.dumps(config)
+    lab.apply(json.dumps(nad))
+    try:
+        runs = pairs(lab, "mu", "rdma-dra")
+        node_times(lab, [r for pair in runs for r in pair])
+    finally:
+        lab.apply(open(cases_dra.NAD_FILE).read())
+    report(out, "multus", "DRA pod through Multus", runs)
+
+
+def run(repo, out, failures):
+    def body(lab):
+        cases_dra.ensure_driver(lab)
+        lab.apply(json.dumps(cases_dra.TEMPLATE))
+        lab.apply(open(cases_dra.NAD_FILE).read())
+        lab.sh(NODE, f"rm -f {LOG}")
+        standalone(lab, out)
+        through_multus(lab, out)
+    on_lab(repo, "kube-start", failures, body)
