@@ -20,14 +20,13 @@ use std::time::Duration;
 
 use common::apiserver::{kube_bin, lab_kube_dir, repo, run, ApiServer};
 use common::dra::{
-    allocated_claim, kubelet_call, set_reserved, start_driver, wait_for, write_attachment,
-    write_attachment_of_share,
+    allocated_claim, kubelet_call, kubelet_channel, set_reserved, start_driver, wait_for,
+    write_attachment, write_attachment_of_share,
 };
 use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
 use rdma_ns::dra::proto::dra_v1::{Claim, NodePrepareResourcesRequest};
 use rdma_ns::kernel::topology::fixtures::SysfsFixture;
 use serde_json::{json, Value};
-use tonic::transport::{Endpoint, Uri};
 
 #[tokio::test]
 async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
@@ -134,19 +133,7 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
         &status.to_string(),
     ]));
 
-    let sock = dir.join("kubelet/plugins/rdma-ns.io/dra.sock");
-    let channel = Endpoint::try_from("http://[::1]:1")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let sock = sock.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(sock).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap();
+    let channel = kubelet_channel(dir.join("kubelet/plugins/rdma-ns.io/dra.sock")).await;
     let prepared = DraPluginClient::new(channel)
         .node_prepare_resources(NodePrepareResourcesRequest {
             claims: vec![Claim {

@@ -119,7 +119,7 @@ impl Claims {
             .as_ref()
             .and_then(|a| a.get(EXTENDED_RESOURCE_CLAIM));
         Ok(PreparedClaim {
-            pod_uids: pod_uids(claim),
+            pod_uids: crate::dra::pods::reserved_pods(claim),
             extended_resource: extended.is_some_and(|v| v == "true"),
             claim: claim_ref,
             devices,
@@ -240,19 +240,6 @@ fn our_results(claim: &ResourceClaim, c: &ClaimRef) -> Result<Vec<DeviceRequestA
         .filter(|r| r.driver == DRIVER_NAME)
         .cloned()
         .collect())
-}
-
-/// The pods the claim is reserved for.
-fn pod_uids(claim: &ResourceClaim) -> Vec<String> {
-    let mut uids: Vec<String> = claim
-        .status
-        .iter()
-        .flat_map(|s| s.reserved_for.iter().flatten())
-        .filter(|r| r.resource == "pods")
-        .map(|r| r.uid.clone())
-        .collect();
-    uids.sort();
-    uids
 }
 
 /// What the CNI applies over the conf: the kind's defaults (a child of a shared device, a move

@@ -10,7 +10,7 @@ use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
 use rdma_ns::dra::proto::dra_v1::{Claim, NodePrepareResourcesRequest};
 use rdma_ns::kernel::topology::fixtures::SysfsFixture;
 use serde_json::{json, Value};
-use tonic::transport::{Endpoint, Uri};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::apiserver::{repo, run, ApiServer};
 
@@ -86,11 +86,9 @@ pub fn start_driver_with(
         .unwrap()
 }
 
-/// NodePrepareResources (or NodeUnprepareResources) of claim default/rdma over `sock`, as the
-/// kubelet calls it; the claim's error, empty on success.
-pub async fn kubelet_call(sock: PathBuf, uid: &str, unprepare: bool) -> String {
-    use rdma_ns::dra::proto::dra_v1::NodeUnprepareResourcesRequest;
-    let channel = Endpoint::try_from("http://[::1]:1")
+/// A gRPC channel to the driver's socket `sock`, as the kubelet dials it.
+pub async fn kubelet_channel(sock: PathBuf) -> Channel {
+    Endpoint::try_from("http://[::1]:1")
         .unwrap()
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let sock = sock.clone();
@@ -101,7 +99,14 @@ pub async fn kubelet_call(sock: PathBuf, uid: &str, unprepare: bool) -> String {
             }
         }))
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// NodePrepareResources (or NodeUnprepareResources) of claim default/rdma over `sock`, as the
+/// kubelet calls it; the claim's error, empty on success.
+pub async fn kubelet_call(sock: PathBuf, uid: &str, unprepare: bool) -> String {
+    use rdma_ns::dra::proto::dra_v1::NodeUnprepareResourcesRequest;
+    let channel = kubelet_channel(sock).await;
     let claims = vec![Claim {
         namespace: "default".into(),
         name: "rdma".into(),
