@@ -333,22 +333,23 @@ def dra_env_plain_image(lab):
     # The variables survive a container restart (the runtime reads the claim's spec again) and
     # a kubelet restart (the claim prepared again changes nothing).
     before = container_env(lab, "t-pl-a")
-    restarts = lambda: lab.kjson("get", "pod", "t-pl-a")["status"]["containerStatuses"][0]["restartCount"]
-    count = restarts()
-    kill_container(lab, 1, "t-pl-a")
-    wait_until("t-pl-a's container restarted", 600, lambda: restarts() > count, step=3)
-    lab.wait_ready("t-pl-a", seconds=600)
-    if container_env(lab, "t-pl-a") != before:
-        raise Fail(f"t-pl-a's variables after a container restart: {container_env(lab, 't-pl-a')}, before {before}")
+    same_env_after_restart(lab, "t-pl-a", before, "a container restart")
     lab.node(1, "bash", NODE_SH, "restart", "kubelet", timeout=600)
     wait_until("node1 Ready after the kubelet restart", 600, lambda: node_ready(lab, "node1"), step=5)
-    count = restarts()
-    kill_container(lab, 1, "t-pl-a")
-    wait_until("t-pl-a's container restarted after the kubelet's", 600, lambda: restarts() > count, step=3)
-    lab.wait_ready("t-pl-a", seconds=600)
-    if container_env(lab, "t-pl-a") != before:
-        raise Fail(f"t-pl-a's variables after a kubelet restart: {container_env(lab, 't-pl-a')}, before {before}")
+    same_env_after_restart(lab, "t-pl-a", before, "a kubelet restart")
     lab.delete_pods("t-pl-a", "t-pl-b")
+
+
+def same_env_after_restart(lab, pod, before, after_what):
+    """pod's container (on node1) killed and restarted by the kubelet starts with the same
+    NCCL_/UCX_ variables as `before`."""
+    restarts = lambda: lab.kjson("get", "pod", pod)["status"]["containerStatuses"][0]["restartCount"]
+    count = restarts()
+    kill_container(lab, 1, pod)
+    wait_until(f"{pod}'s container restarted after {after_what}", 600, lambda: restarts() > count, step=3)
+    lab.wait_ready(pod, seconds=600)
+    if container_env(lab, pod) != before:
+        raise Fail(f"{pod}'s variables after {after_what}: {container_env(lab, pod)}, before {before}")
 
 
 HCA_SHARED_CLASS = os.path.join(REPO, "install/dra/deviceclass-hca-shared.yaml")
