@@ -122,7 +122,8 @@ def containerd_times(text, pod):
         return stamp(re.search(r'time="([^"]+)"', line).group(1))
     start = end = sandbox = None
     for line in text.splitlines():
-        if f"RunPodSandbox for &PodSandboxMetadata{{Name:{pod}," not in line:
+        # containerd 2.4's CRI logs the metadata as `name:\"<pod>\"  uid:\"...\"`.
+        if f'RunPodSandbox for name:\\"{pod}\\" ' not in line:
             continue
         m = re.search(r'returns sandbox id \\"([0-9a-f]+)\\"', line)
         if m:
