@@ -18,10 +18,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::apiserver::{kube_bin, lab_kube_dir, repo, run, ApiServer};
+use common::apiserver::{kube_bin, lab_kube_dir, repo, ApiServer};
 use common::dra::{
-    allocated_claim, kubelet_call, kubelet_channel, set_reserved, start_driver, wait_for,
-    write_attachment, write_attachment_of_share,
+    allocated_claim, kubelet_call, kubelet_channel, patch_claim_status, set_reserved, start_driver,
+    wait_for, write_attachment, write_attachment_of_share,
 };
 use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
 use rdma_ns::dra::proto::dra_v1::{Claim, NodePrepareResourcesRequest};
@@ -119,19 +119,7 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
         "allocation": {"devices": {"results": [{"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1", "shareID": "2b7c9a40-0000-4000-8000-000000000001"}]},
                        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}},
         "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "7f0e2d10-0000-4000-8000-000000000001"}]}});
-    run(&mut api.kubectl(&[
-        "patch",
-        "resourceclaim",
-        "rdma",
-        "-n",
-        "default",
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        &status.to_string(),
-    ]));
+    patch_claim_status(&api, &status);
 
     let channel = kubelet_channel(dir.join("kubelet/plugins/rdma-ns.io/dra.sock")).await;
     let prepared = DraPluginClient::new(channel)

@@ -154,6 +154,12 @@ pub fn set_reserved(api: &ApiServer, pods: &[&str]) {
         "allocation": {"devices": {"results": [{"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1"}]},
                        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}},
         "reservedFor": reserved}});
+    patch_claim_status(api, &status);
+}
+
+/// Merges `status` (`{"status": {...}}`) into claim default/rdma's status subresource, as the
+/// scheduler and the controller write it.
+pub fn patch_claim_status(api: &ApiServer, status: &Value) {
     run(&mut api.kubectl(&[
         "patch",
         "resourceclaim",
