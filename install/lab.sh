@@ -23,6 +23,8 @@
 #   RDMA_NS_LAB_PORT    the host's loopback port for the API server (default 16443)
 #   RDMA_NS_LAB_MEMORY  memory per node VM (default 3G); RDMA_NS_LAB_CPUS vCPUs (default 1)
 #   RDMA_NS_LAB_PODS=0  `up` starts no RDMA pods (the test tier starts its own)
+#   RDMA_NS_LAB_NODE_FEATURES=0  `up` leaves out NFD and the node agent (the kube tier does when
+#                       no chosen case reads node labels or the exporter)
 set -euo pipefail
 . "$(dirname "$0")/lab/common.sh"
 

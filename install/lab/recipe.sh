@@ -125,10 +125,15 @@ whereabouts
 rollout kube-system ds/whereabouts
 device_plugin
 rollout kube-system ds/rdma-shared-dp-ds
-nfd
-rollout node-feature-discovery ds/nfd-worker
-rollout node-feature-discovery deploy/nfd-master
-node_agent
-rollout kube-system ds/rdma-ns-node
+# NFD and the node agent are the lab's own additions, not docs/install.md's: only the cases that
+# read node labels or the exporter need them (tests/kube/run.sh sets RDMA_NS_LAB_NODE_FEATURES=0
+# otherwise), and on a 1-vCPU TCG node they cost minutes of rollout and a steady load after.
+if [[ ${RDMA_NS_LAB_NODE_FEATURES:-1} != 0 ]]; then
+    nfd
+    rollout node-feature-discovery ds/nfd-worker
+    rollout node-feature-discovery deploy/nfd-master
+    node_agent
+    rollout kube-system ds/rdma-ns-node
+fi
 networks
 [[ ${RDMA_NS_LAB_PODS:-1} == 0 ]] || pods

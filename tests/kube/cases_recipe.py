@@ -4,6 +4,7 @@ import json
 import re
 
 from lab import NODES, Fail, case, wait_until
+from cases_traffic import PodView, ib_write_bw_on_rail0
 
 
 def installer_binary_version(lab):
@@ -63,6 +64,11 @@ def recipe(lab):
         addr = lab.pod_exec(pod, "ip", "-o", "addr", "show", "dev", "net1").stdout
         if "192.168.100." not in addr:
             raise Fail(f"{pod}: net1 has no roce-shared address: {addr}")
+    # And they carry RDMA across the nodes on what `rdma-ns env` names: the device plugin, Multus and
+    # rdma-ns path of the default run (traffic-across-nodes adds rping and UCX, by name or --kube).
+    a, b = PodView(lab, "rdma-a", 1), PodView(lab, "rdma-b", 2)
+    gbps, sent, got, other = ib_write_bw_on_rail0(lab, a, b)
+    print(f"      ib_write_bw rdma-a -> rdma-b: {gbps} Gb/s; rail0 node1 tx +{sent}, node2 rx +{got}; rail1 +{other}")
     lab.delete_pods("rdma-a", "rdma-b")
 
 

@@ -56,6 +56,8 @@ chosen installer-updated && export RDMA_NS_LAB_NEXT_INSTALLER=1
 # up's own pods rdma-a and rdma-b are the recipe case's to check and delete; without that case
 # they would be left behind after every other case.
 chosen recipe || export RDMA_NS_LAB_PODS=0
+# NFD and the node agent (install/lab/recipe.sh) only for the cases that read what they make.
+chosen node-labels || chosen exporter-metrics || export RDMA_NS_LAB_NODE_FEATURES=0
 
 LOGS=$(mktemp -d /tmp/rdma-ns-kube.XXXXXX)
 start=$(date +%s)

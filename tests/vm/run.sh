@@ -14,11 +14,13 @@
 #                 tests/bench/vm-cases); the check that every vm_* test is in a case applies to
 #                 tests/vm/cases only
 #   --print-packages  print the Debian packages this tier needs and exit
-# env: RDMA_NS_VM_TIMEOUT  seconds for each VM run (default 1500; a kernel takes minutes, several times longer while other builds load the cores; this only stops a hang)
+# env: RDMA_NS_VM_TIMEOUT  seconds for each VM run (default 2400; a kernel takes minutes, several times longer while other builds or the other kernel's VM load the cores; this only stops a hang)
 #      RDMA_NS_VM_KERNEL   kernel image to boot as "6.1" (default: newest /boot/vmlinuz-6.1.*-amd64)
 #      RDMA_NS_VM_CACHE    where the Linux 7 packages are kept, unpacked (default: ~/.cache/rdma-ns/vm-kernels)
 #      RDMA_NS_VM_MEMORY   guest memory (default 2G)
-# Boots one VM per kernel. Prints a summary table per kernel and, as its last line,
+#      RDMA_NS_VM_CPUS     guest vCPUs (default: the host's cores for one kernel, 1 each for kernels booted at once)
+# Boots one VM per kernel, all of them at once (RDMA_NS_VM_SERIAL=1: one after the other); their
+# console lines are tagged "[vm <kernel> <seconds>]". Prints a summary table per kernel and, as its last line,
 # "N passed, N failed" over all of them. Exits non-zero on any failed case, a kernel that could
 # not be fetched, a boot failure, a guest error, or a timeout.
 set -euo pipefail
@@ -43,9 +45,11 @@ APT_PACKAGES=(linux-image-amd64 qemu-system-x86 rdma-core ibverbs-utils ibverbs-
 # The kernels a case may name, in boot order.
 KERNELS=(6.1 7)
 VNG_PIP=virtme-ng==1.42
-VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-1500}
+VM_TIMEOUT=${RDMA_NS_VM_TIMEOUT:-2400}
 VM_CACHE=${RDMA_NS_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-ns/vm-kernels}
 VM_MEMORY=${RDMA_NS_VM_MEMORY:-2G}
+# Empty: vng's default, as many vCPUs as the host has cores. Kernels booted at once get one each.
+VM_CPUS=${RDMA_NS_VM_CPUS:-}
 
 die() { echo "run.sh: $*" >&2; exit 2; }
 say() { echo "run.sh: $*" >&2; }
@@ -342,10 +346,15 @@ main() {
     say "times (host wall clock): build $(elapsed "$t0" "$(now)") s"
 
     TOTAL_PASSED=0 TOTAL_FAILED=0
-    for k in "${boot[@]}"; do
-        read -r -a cases <<<"${on_kernel[$k]}"
-        run_kernel "$k" "$results/$k" "${cases[@]}"
-    done
+    if ((${#boot[@]} > 1)) && [[ ${RDMA_NS_VM_SERIAL:-0} != 1 ]]; then
+        boot_all_at_once "$results" on_kernel "${boot[@]}"
+    else
+        for k in "${boot[@]}"; do
+            read -r -a cases <<<"${on_kernel[$k]}"
+            boot_kernel "$k" "$results/$k" "${cases[@]}"
+            report "$k" "$results/$k" "$(cat "$results/$k/rc")" "${cases[@]}"
+        done
+    fi
     echo
     say "times (host wall clock): all $(elapsed "$t0" "$(now)") s"
     echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed"
@@ -409,17 +418,20 @@ write_plan() {
     done
 }
 
-# Boots kernel $1 once for the cases $3..., results in $2; reports them and adds to the totals.
-run_kernel() {
-    local kernel=$1 results=$2 t_start rc
+# Boots kernel $1 once for the cases $3..., results in $2: the VM's exit status (or "nokernel")
+# goes to $2/rc and the kernel's release to $2/release, for report.
+boot_kernel() {
+    local kernel=$1 results=$2 t_start
     shift 2
     mkdir -p "$results"
     echo
     t_start=$(now)
+    : >"$results/release"
     if ! resolve_kernel "$kernel"; then
-        report "$kernel" "$results" nokernel "$@"
+        echo nokernel >"$results/rc"
         return 0
     fi
+    echo "$KREL" >"$results/release"
     say "kernel $kernel: $KREL ($KIMG)"
     write_plan "$results/plan" "$@"
     say "booting $KREL (TCG, timeout ${VM_TIMEOUT}s) for ${#} case(s): $*"
@@ -432,7 +444,7 @@ run_kernel() {
     local t_boot
     rm -f "$results/boot-retry"
     t_boot=$(now)
-    boot_vm "$results" "$guest_cmd" "$t_boot"
+    boot_vm "$results" "$guest_cmd" "$t_boot" "$kernel"
     # Once, a fresh machine's first boot of kernel 7 exited 255 within seconds having printed
     # nothing (vng's code for a guest that wrote no exit status; without --verbose the kernel's
     # own console is not shown), and every later boot of the same image worked. A boot that
@@ -443,12 +455,44 @@ run_kernel() {
         echo "first boot: vng exit $rc, nothing printed" >"$results/boot-retry"
         rm -f "$results/results"
         t_boot=$(now)
-        boot_vm "$results" "$guest_cmd" "$t_boot" --verbose
+        boot_vm "$results" "$guest_cmd" "$t_boot" "$kernel" --verbose
     fi
-    local t_end
-    t_end=$(now)
-    say "times (host wall clock), kernel $kernel ($KREL): fetch $(elapsed "$t_start" "$t_boot") s, boot $(cat "$results/boot-seconds" 2>/dev/null || echo '?') s, VM total $(elapsed "$t_boot" "$t_end") s"
-    report "$kernel" "$results" "$rc" "$@"
+    echo "$rc" >"$results/rc"
+    say "times (host wall clock), kernel $kernel ($KREL): fetch $(elapsed "$t_start" "$t_boot") s, boot $(cat "$results/boot-seconds" 2>/dev/null || echo '?') s, VM total $(elapsed "$t_boot" "$(now)") s"
+}
+
+# Boots every kernel $3... at once, each in a subshell of its own, then reports them in order.
+# The guests share nothing writable (each writes only its own results directory; / is the host's,
+# read-only). Each gets one vCPU (RDMA_NS_VM_CPUS): two 2-vCPU TCG guests on 2 cores ran slower
+# together than one after the other (multi-threaded TCG's vCPUs wait on each other when the host
+# has no core for them), one vCPU each keeps each guest on a core of its own.
+# Their consoles interleave, each line tagged with its kernel. $2 names the caller's
+# associative array of each kernel's cases.
+boot_all_at_once() {
+    local results=$1 k
+    local -n cases_of=$2
+    shift 2
+    local pids=() cases=()
+    for k in "$@"; do
+        read -r -a cases <<<"${cases_of[$k]}"
+        (
+            trap 'stop_vm; exit 143' TERM
+            trap 'stop_vm; exit 130' INT
+            trap 'stop_vm; exit 129' HUP
+            VM_CPUS=${RDMA_NS_VM_CPUS:-1}
+            boot_kernel "$k" "$results/$k" "${cases[@]}"
+        ) &
+        pids+=($!)
+    done
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 143' TERM
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 129' HUP
+    wait "${pids[@]}" || true
+    for k in "$@"; do
+        read -r -a cases <<<"${cases_of[$k]}"
+        KREL=$(cat "$results/$k/release" 2>/dev/null || true)
+        report "$k" "$results/$k" "$(cat "$results/$k/rc" 2>/dev/null || echo 255)" "${cases[@]}"
+    done
 }
 
 # The process group of the VM being booted (empty between boots). setsid puts the VM in a
@@ -468,21 +512,21 @@ trap 'stop_vm; exit 129' HUP
 trap 'stop_vm; exit 130' INT
 trap 'stop_vm; exit 143' TERM
 
-# One vng run of the guest command $2 (results in $1, boot start $3, more vng flags after); its
+# One vng run of the guest command $2 (results in $1, boot start $3, kernel $4, more vng flags after); its
 # exit status in rc. The VM runs in the background and is waited for, because bash runs a trap
 # only once the foreground command has ended; its console reaches `console` through a fifo.
 boot_vm() {
-    local results=$1 guest_cmd=$2 t_boot=$3
-    shift 3
+    local results=$1 guest_cmd=$2 t_boot=$3 kernel=$4
+    shift 4
     VM_FIFO=$(mktemp -u "${TMPDIR:-/tmp}/rdma-ns-vm-console.XXXXXX")
     mkfifo -m 600 "$VM_FIFO"
-    console "$t_boot" "$results" <"$VM_FIFO" &
+    console "$t_boot" "$results" "$kernel" <"$VM_FIFO" &
     local reader=$!
     set +e
     # A background job of a script is not a process group leader, so setsid makes it one
     # without a fork: its pid is the VM's process group.
     setsid timeout --kill-after=15 "$VM_TIMEOUT" \
-        vng -r "$KIMG" --disable-kvm --force-9p --user root --memory "$VM_MEMORY" "$@" \
+        vng -r "$KIMG" --disable-kvm --force-9p --user root --memory "$VM_MEMORY" ${VM_CPUS:+--cpus "$VM_CPUS"} "$@" \
         --rwdir="$results" --cwd "$repo" --exec "$guest_cmd" \
         </dev/null >"$VM_FIFO" 2>&1 &
     VM_PGID=$!
@@ -498,7 +542,7 @@ boot_vm() {
 # Copies the console to stdout and console.log, prefixed with host seconds since boot start;
 # notes how long the guest took to start running guest.sh.
 console() {
-    local start=$1 results=$2 line booted=0
+    local start=$1 results=$2 kernel=$3 line booted=0
     while IFS= read -r line; do
         line=${line%$'\r'}
         printf '%s\n' "$line" >>"$results/console.log"
@@ -506,7 +550,7 @@ console() {
             booted=1
             elapsed "$start" "$(now)" >"$results/boot-seconds"
         fi
-        printf '[vm %6ss] %s\n' "$(elapsed "$start" "$(now)")" "$line"
+        printf '[vm %-3s %6ss] %s\n' "$kernel" "$(elapsed "$start" "$(now)")" "$line"
     done
 }
 
