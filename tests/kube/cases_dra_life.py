@@ -348,8 +348,9 @@ def same_env_after_restart(lab, pod, before, after_what):
     kill_container(lab, 1, pod)
     wait_until(f"{pod}'s container restarted after {after_what}", 600, lambda: restarts() > count, step=3)
     lab.wait_ready(pod, seconds=600)
-    if container_env(lab, pod) != before:
-        raise Fail(f"{pod}'s variables after {after_what}: {container_env(lab, pod)}, before {before}")
+    after = container_env(lab, pod)
+    if after != before:
+        raise Fail(f"{pod}'s variables after {after_what}: {after}, before {before}")
 
 
 HCA_SHARED_CLASS = os.path.join(REPO, "install/dra/deviceclass-hca-shared.yaml")
