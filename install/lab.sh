@@ -23,7 +23,7 @@
 #   RDMA_NS_LAB_PORT    the host's loopback port for the API server (default 16443)
 #   RDMA_NS_LAB_MEMORY  memory per node VM (default 3G); RDMA_NS_LAB_CPUS vCPUs (default 1)
 #   RDMA_NS_LAB_PODS=0  `up` starts no RDMA pods (the test tier starts its own)
-#   RDMA_NS_LAB_NODE_FEATURES=0  `up` leaves out NFD and the node agent (the kube tier does when
+#   RDMA_NS_LAB_NODE_FEATURES=0  `up` leaves out (and builds no) NFD and the node agent (the kube tier does when
 #                       no chosen case reads node labels or the exporter)
 set -euo pipefail
 . "$(dirname "$0")/lab/common.sh"
@@ -131,7 +131,9 @@ done_step() { say "$STEP_NAME: done in $(lab_since "$STEP_START") s"; }
 # ---- up -----------------------------------------------------------------------------------
 build_everything() {
     step "components (install/lab/build.sh)"
-    "$LAB_DIR/build.sh" >&2
+    local components
+    mapfile -t components < <(lab_components)
+    "$LAB_DIR/build.sh" "${components[@]}" >&2
     done_step
     step "Linux 7 kernel (tests/vm/fetch-kernel.sh)"
     KIMG=$(bash "$LAB_REPO/tests/vm/fetch-kernel.sh" "$LAB_KERNEL_CACHE") || die "no Linux 7 kernel (above)"

@@ -29,3 +29,9 @@ lab_module() { awk -v n="$1" '$1 == n { print $2 }' "$LAB_DIR/versions"; }
 
 # Where a component's binaries are kept: one directory per name and version.
 lab_bin_dir() { echo "$LAB_CACHE/bin/$1-$(lab_version "$1")"; }
+# The components `up` builds and makes images of: all of install/lab/versions, but NFD when
+# RDMA_NS_LAB_NODE_FEATURES=0 leaves NFD out of the recipe (install/lab/recipe.sh).
+lab_components() {
+    awk '!/^#/ && NF { print $1 }' "$LAB_DIR/versions" |
+        if [[ ${RDMA_NS_LAB_NODE_FEATURES:-1} == 0 ]]; then grep -vx nfd; else cat; fi
+}
