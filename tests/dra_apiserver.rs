@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use common::apiserver::{kube_bin, lab_kube_dir, repo, ApiServer};
 use common::dra::{
-    allocated_claim, kubelet_call, kubelet_channel, patch_claim_status, set_reserved, start_driver,
-    wait_for, write_attachment, write_attachment_of_share,
+    allocated_claim, create_rdma_claim, kubelet_call, kubelet_channel, patch_claim_status,
+    set_reserved, start_driver, wait_for, write_attachment, write_attachment_of_share,
 };
 use rdma_ns::dra::proto::dra_v1::dra_plugin_client::DraPluginClient;
 use rdma_ns::dra::proto::dra_v1::{Claim, NodePrepareResourcesRequest};
@@ -108,13 +108,7 @@ async fn the_api_server_accepts_what_the_driver_publishes_and_writes() {
     assert_eq!(pf["attributes"]["ibDevice"]["string"], "mlx5_0");
 
     // A claim the scheduler allocated mlx5-0-p1, reserved for a pod.
-    api.create_json(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "rdma", "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"deviceClassName": "rdma-ns-roce"}}]}}}));
-    let uid = api.get(&["resourceclaim", "rdma", "-n", "default"])["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let uid = create_rdma_claim(&api);
     let status = json!({"status": {
         "allocation": {"devices": {"results": [{"request": "rdma", "driver": "rdma-ns.io", "pool": "node-a", "device": "mlx5-0-p1", "shareID": "2b7c9a40-0000-4000-8000-000000000001"}]},
                        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}},

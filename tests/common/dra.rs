@@ -134,15 +134,20 @@ pub fn allocated_claim(api: &ApiServer, pods: &[&str]) -> String {
             "--ignore-not-found",
         ])
         .output();
+    let uid = create_rdma_claim(api);
+    set_reserved(api, pods);
+    uid
+}
+
+/// Claim default/rdma, one request of class rdma-ns-roce, as a user writes it (no status yet); its UID.
+pub fn create_rdma_claim(api: &ApiServer) -> String {
     api.create_json(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "rdma", "namespace": "default"},
         "spec": {"devices": {"requests": [{"name": "rdma", "exactly": {"deviceClassName": "rdma-ns-roce"}}]}}}));
-    let uid = api.get(&["resourceclaim", "rdma", "-n", "default"])["metadata"]["uid"]
+    api.get(&["resourceclaim", "rdma", "-n", "default"])["metadata"]["uid"]
         .as_str()
         .unwrap()
-        .to_string();
-    set_reserved(api, pods);
-    uid
+        .to_string()
 }
 
 pub fn set_reserved(api: &ApiServer, pods: &[&str]) {
