@@ -131,9 +131,7 @@ done_step() { say "$STEP_NAME: done in $(lab_since "$STEP_START") s"; }
 # ---- up -----------------------------------------------------------------------------------
 build_everything() {
     step "components (install/lab/build.sh)"
-    local components
-    mapfile -t components < <(lab_components)
-    "$LAB_DIR/build.sh" "${components[@]}" >&2
+    "$LAB_DIR/build.sh" >&2
     done_step
     step "Linux 7 kernel (tests/vm/fetch-kernel.sh)"
     KIMG=$(bash "$LAB_REPO/tests/vm/fetch-kernel.sh" "$LAB_KERNEL_CACHE") || die "no Linux 7 kernel (above)"

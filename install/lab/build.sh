@@ -5,7 +5,8 @@
 # builds nothing. Prints one line per component, "<name> <version> (built in N s|cached)", on
 # stdout.
 #
-#   install/lab/build.sh [COMPONENT...]    (default: all of install/lab/versions)
+#   install/lab/build.sh [COMPONENT...]    (default: all of install/lab/versions, less NFD with
+#                                           RDMA_NS_LAB_NODE_FEATURES=0: lab_components)
 #   install/lab/build.sh --check           only check the prerequisites
 #
 # Go's module and build caches live under the lab cache too (GOMODCACHE, GOCACHE), so the
@@ -213,7 +214,7 @@ main() {
     check_prerequisites
     [[ ${1:-} != --check ]] || return 0
     local names=("$@") name built=0
-    ((${#names[@]})) || mapfile -t names < <(awk '!/^#/ && NF { print $1 }' "$LAB_DIR/versions")
+    ((${#names[@]})) || mapfile -t names < <(lab_components)
     for name in "${names[@]}"; do
         [[ $name == etcd ]] && continue # inside the kubernetes binary
         cmp -s "$(lab_bin_dir "$name")/.stamp" <(stamp_of "$name") 2>/dev/null || built=1

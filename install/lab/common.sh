@@ -35,3 +35,9 @@ lab_components() {
     awk '!/^#/ && NF { print $1 }' "$LAB_DIR/versions" |
         if [[ ${RDMA_NS_LAB_NODE_FEATURES:-1} == 0 ]]; then grep -vx nfd; else cat; fi
 }
+# Whether `up` builds component $1 (lab_components names it).
+lab_has_component() {
+    local c
+    for c in $(lab_components); do [[ $c == "$1" ]] && return 0; done
+    return 1
+}

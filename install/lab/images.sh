@@ -184,7 +184,7 @@ component_images() {
         "localhost/k8s-rdma-shared-dev-plugin:$(lab_version rdma-shared-dp)" -- --busybox "$BUSYBOX" \
         --files /bin/="$d/k8s-rdma-shared-dp" /usr/share/hwdata/pci.ids=/usr/share/misc/pci.ids \
         --cmd '["/bin/k8s-rdma-shared-dp"]'
-    [[ $'\n'$(lab_components)$'\n' == *$'\n'nfd$'\n'* ]] || return 0
+    lab_has_component nfd || return 0
     d=$(lab_bin_dir nfd)
     image nfd "$(key_of "$d/.stamp")" "localhost/node-feature-discovery:$(lab_version nfd)" -- \
         --files /usr/bin/="$d/nfd-master" /usr/bin/="$d/nfd-worker" /usr/bin/="$d/nfd-gc" \
