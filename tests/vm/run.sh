@@ -352,9 +352,15 @@ main() {
         for k in "${boot[@]}"; do
             read -r -a cases <<<"${on_kernel[$k]}"
             boot_kernel "$k" "$results/$k" "${cases[@]}"
-            report "$k" "$results/$k" "$(cat "$results/$k/rc")" "${cases[@]}"
         done
     fi
+    # The tables come after every VM has ended, in boot order, from what each boot left in its
+    # results directory (a boot that left no status counts as vng's 255).
+    for k in "${boot[@]}"; do
+        read -r -a cases <<<"${on_kernel[$k]}"
+        KREL=$(cat "$results/$k/release" 2>/dev/null || true)
+        report "$k" "$results/$k" "$(cat "$results/$k/rc" 2>/dev/null || echo 255)" "${cases[@]}"
+    done
     echo
     say "times (host wall clock): all $(elapsed "$t0" "$(now)") s"
     echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed"
@@ -461,13 +467,13 @@ boot_kernel() {
     say "times (host wall clock), kernel $kernel ($KREL): fetch $(elapsed "$t_start" "$t_boot") s, boot $(cat "$results/boot-seconds" 2>/dev/null || echo '?') s, VM total $(elapsed "$t_boot" "$(now)") s"
 }
 
-# Boots every kernel $3... at once, each in a subshell of its own, then reports them in order.
+# Boots every kernel $3... at once, each in a subshell of its own, and waits for them all.
 # The guests share nothing writable (each writes only its own results directory; / is the host's,
 # read-only). Each gets one vCPU (RDMA_NS_VM_CPUS): two 2-vCPU TCG guests on 2 cores ran slower
 # together than one after the other (multi-threaded TCG's vCPUs wait on each other when the host
 # has no core for them), one vCPU each keeps each guest on a core of its own.
-# Their consoles interleave, each line tagged with its kernel. $2 names the caller's
-# associative array of each kernel's cases.
+# Their consoles interleave, each line tagged with its kernel; main reports once all have ended.
+# $2 names the caller's associative array of each kernel's cases.
 boot_all_at_once() {
     local results=$1 k
     local -n cases_of=$2
@@ -488,11 +494,6 @@ boot_all_at_once() {
     trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT
     trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 129' HUP
     wait "${pids[@]}" || true
-    for k in "$@"; do
-        read -r -a cases <<<"${cases_of[$k]}"
-        KREL=$(cat "$results/$k/release" 2>/dev/null || true)
-        report "$k" "$results/$k" "$(cat "$results/$k/rc" 2>/dev/null || echo 255)" "${cases[@]}"
-    done
 }
 
 # The process group of the VM being booted (empty between boots). setsid puts the VM in a
