@@ -105,14 +105,20 @@ impl StepAdd for SoftRoceAdd {
         rec.index = Some(registered(ctx, netns, &rec, plan)?);
         record(pod, &rec)?;
         plan.checkpoint("soft-roce-link")?;
-        require_socket_in_pod(ctx.rdma, netns, &rec)?;
+        crate::log::timed(
+            || "rxe's UDP socket in the pod netns".to_string(),
+            || require_socket_in_pod(ctx.rdma, netns, &rec),
+        )?;
         if exclusive {
             move_into_pod(ctx.rdma, netns, &rec)?;
             rec.in_pod = true;
             record(pod, &rec)?;
             plan.checkpoint("soft-roce-netns")?;
         }
-        wait_until_active(ctx.rdma, netns, &rec, pod.conf.plugin.gid_timeout)?;
+        crate::log::timed(
+            || format!("port {PORT} of {} ACTIVE", rec.ibdev),
+            || wait_until_active(ctx.rdma, netns, &rec, pod.conf.plugin.gid_timeout),
+        )?;
         publish(pod, &rec)?;
         plan.checkpoint("soft-roce")
     }

@@ -5,9 +5,9 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::ties::Tie;
-use super::{gid_of_ip, AddrGid, AutoGid, DiscoverError, Finding, Iface, Scope};
+use super::{AddrGid, AutoGid, DiscoverError, Finding, Iface, Scope};
 use crate::kernel::topology::pod::GidScan;
-use crate::kernel::topology::{find_gid, LinkLayer, PortState};
+use crate::kernel::topology::{find_gid, gid_of_ip, LinkLayer, PortState};
 
 pub(super) fn describe(
     scope: &Scope<'_>,

@@ -505,13 +505,6 @@ fn uverbs_node(uverbs: &[CharDev], ibdev: &str, dev_dir: &Path) -> Option<PathBu
 
 /// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
 /// itself for IPv6.
-fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
 fn no_rdma_interface(ifaces: &[Iface], devices: &[String]) -> Problem {
     Problem {
         kind: ProblemKind::NoRdmaInterface,

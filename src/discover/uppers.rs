@@ -19,8 +19,9 @@
 use std::net::Ipv6Addr;
 
 use super::ties::{ports_with_link_layer, Tie};
-use super::{gid_of_ip, DiscoverError, Iface, Scope, Via};
+use super::{DiscoverError, Iface, Scope, Via};
 use crate::kernel::rtnetlink::Link;
+use crate::kernel::topology::gid_of_ip;
 use crate::kernel::topology::pod::GidScan;
 use crate::kernel::topology::{find_gid, LinkLayer};
 

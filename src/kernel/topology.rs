@@ -311,6 +311,14 @@ pub fn find_gid(gids: &[GidEntry], ip: IpAddr, netdev: &str) -> Option<(u32, Gid
     Some((best.index, best.gid_type.clone()?))
 }
 
+/// The GID a RoCE port shows for `ip`: IPv4 as an IPv4-mapped IPv6 address.
+pub fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
 /// A kernel device an ib device or netdev hangs under (its `device` link).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusDevice {
@@ -635,7 +643,38 @@ impl<'a> RdmaSysfs<'a> {
         ip: IpAddr,
         netdev: &str,
     ) -> io::Result<Option<(u32, GidType)>> {
-        Ok(find_gid(&self.gid_table(ibdev, port)?, ip, netdev))
+        Ok(self
+            .find_gids_for_ips(ibdev, port, &[ip], netdev)?
+            .remove(0))
+    }
+
+    /// [`Self::find_gid_for_ip`] for each of `ips`, with [`find_gid`]'s pick, from a
+    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry: a table has up to 1024
+    /// entries (rxe's), a sysfs read each, and the kernel puts a new address's GIDs at the
+    /// lowest free indexes. That end does not look at the entry's netdev, so an address that
+    /// another netdev holds too is looked for again in the whole table.
+    pub fn find_gids_for_ips(
+        &self,
+        ibdev: &str,
+        port: u32,
+        ips: &[IpAddr],
+        netdev: &str,
+    ) -> io::Result<Vec<Option<(u32, GidType)>>> {
+        let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
+        let pick = |scan: &pod::GidScan| -> Vec<Option<(u32, GidType)>> {
+            ips.iter()
+                .map(|ip| find_gid(&scan.hits, *ip, netdev))
+                .collect()
+        };
+        let scan = self.scan_gids(ibdev, port, &wanted, true)?;
+        let picked = pick(&scan);
+        let elsewhere = |(p, ip): (&Option<(u32, GidType)>, &IpAddr)| {
+            p.is_none() && scan.hits.iter().any(|h| h.matches_ip(*ip))
+        };
+        if picked.iter().zip(ips).any(elsewhere) {
+            return Ok(pick(&self.scan_gids(ibdev, port, &wanted, false)?));
+        }
+        Ok(picked)
     }
 
     fn port_netdevs(&self, base: &Path, port: u32, parent: &IbParent) -> io::Result<Vec<String>> {
