@@ -365,14 +365,20 @@ mod tests {
         let port = "class/infiniband/rxe0/ports/1";
         let gid = "0000:0000:0000:0000:0000:ffff:0a09:0005";
         fx.write_attr(format!("{port}/gids/3"), gid).unwrap();
-        fx.write_attr(format!("{port}/gid_attrs/types/3"), "RoCE v2").unwrap();
-        fx.write_attr(format!("{port}/gid_attrs/ndevs/3"), "v1").unwrap();
+        fx.write_attr(format!("{port}/gid_attrs/types/3"), "RoCE v2")
+            .unwrap();
+        fx.write_attr(format!("{port}/gid_attrs/ndevs/3"), "v1")
+            .unwrap();
         let ports = vec![("rxe0".to_string(), 1)];
         let ip: IpAddr = "10.9.0.5".parse().unwrap();
         for (ndev, index) in [("v0", 1), ("v1", 3)] {
-            let got = wait_for_gids(fx.root(), &ports, &[ip], ndev, Duration::from_millis(50))
-                .unwrap();
-            assert_eq!((got[0].index, got[0].ibdev.as_str()), (index, "rxe0"), "{ndev}");
+            let got =
+                wait_for_gids(fx.root(), &ports, &[ip], ndev, Duration::from_millis(50)).unwrap();
+            assert_eq!(
+                (got[0].index, got[0].ibdev.as_str()),
+                (index, "rxe0"),
+                "{ndev}"
+            );
         }
     }
 }

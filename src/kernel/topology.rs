@@ -47,6 +47,7 @@ use super::sysfs::SysRoot;
 
 pub use self::char_dev::{parse_devnum, CharDev, CharDevKind};
 pub use self::pci::{PciFunction, PcieLink};
+pub use self::pod::{find_gid, gid_of_ip};
 
 /// `<num>: <text>` values such as port `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`) and
 /// `node_type` (`1: CA`); K:drivers/infiniband/core/sysfs.c prints them with `%d: %s`.
@@ -294,31 +295,6 @@ impl PortState {
     }
 }
 
-/// The GID index for `ip` on `netdev`, preferring RoCE v2: mlx5 installs a v1 and a v2 entry
-/// for each address and only v2 is routable. Entries whose type read failed are skipped.
-pub fn find_gid(gids: &[GidEntry], ip: IpAddr, netdev: &str) -> Option<(u32, GidType)> {
-    let mut candidates = gids
-        .iter()
-        .filter(|g| g.gid_type.is_some() && g.ndev.as_deref() == Some(netdev) && g.matches_ip(ip));
-    let first = candidates.next()?;
-    let best = if first.gid_type == Some(GidType::RoceV2) {
-        first
-    } else {
-        candidates
-            .find(|g| g.gid_type == Some(GidType::RoceV2))
-            .unwrap_or(first)
-    };
-    Some((best.index, best.gid_type.clone()?))
-}
-
-/// The GID a RoCE port shows for `ip`: IPv4 as an IPv4-mapped IPv6 address.
-pub fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
 /// A kernel device an ib device or netdev hangs under (its `device` link).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusDevice {
@@ -481,8 +457,24 @@ impl<'a> RdmaSysfs<'a> {
         let chars = self.char_devices()?;
         let mut out = Vec::new();
         for name in self.device_names()? {
-            if let Some(d) = self.read_device(&name, &chars)? {
+            if let Some(d) = self.read_device(&name, &chars, true)? {
                 out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The devices on a bus (hardware), with ports but no GIDs: what the DRA driver publishes,
+    /// read on every reconcile. A software device (rxe, siw: a pod's own) is passed over
+    /// unread: an rxe port's GID table alone is 1024 sysfs reads, and a pod's device can go
+    /// while it is read.
+    pub fn hardware_devices(&self) -> io::Result<Vec<IbDevice>> {
+        let chars = self.char_devices()?;
+        let mut out = Vec::new();
+        for name in self.device_names()? {
+            let base = Path::new("class/infiniband").join(&name);
+            if matches!(self.ib_parent(&base)?, IbParent::Device(_)) {
+                out.extend(self.read_device(&name, &chars, false)?);
             }
         }
         Ok(out)
@@ -498,10 +490,15 @@ impl<'a> RdmaSysfs<'a> {
             return Ok(None);
         }
         let chars = self.char_devices()?;
-        self.read_device(name, &chars)
+        self.read_device(name, &chars, true)
     }
 
-    fn read_device(&self, name: &str, chars: &[CharDev]) -> io::Result<Option<IbDevice>> {
+    fn read_device(
+        &self,
+        name: &str,
+        chars: &[CharDev],
+        gids: bool,
+    ) -> io::Result<Option<IbDevice>> {
         let base = Path::new("class/infiniband").join(name);
         let node_type = match read_opt(self.sys, &base.join("node_type"))? {
             Some(t) => parse_field(&base.join("node_type"), &t)?,
@@ -518,7 +515,7 @@ impl<'a> RdmaSysfs<'a> {
         let parent = self.ib_parent(&base)?;
         let mut ports = Vec::new();
         for index in numeric_entries(self.sys, &base.join("ports"))? {
-            ports.push(self.read_port(&base, index, &parent)?);
+            ports.push(self.read_port(&base, index, &parent, gids)?);
         }
         let char_devs = chars
             .iter()
@@ -547,7 +544,13 @@ impl<'a> RdmaSysfs<'a> {
         }
     }
 
-    fn read_port(&self, base: &Path, index: u32, parent: &IbParent) -> io::Result<IbPort> {
+    fn read_port(
+        &self,
+        base: &Path,
+        index: u32,
+        parent: &IbParent,
+        gids: bool,
+    ) -> io::Result<IbPort> {
         let dir = base.join("ports").join(index.to_string());
         let PortState {
             index,
@@ -566,7 +569,10 @@ impl<'a> RdmaSysfs<'a> {
             phys_state,
             link_layer,
             rate: read_opt(self.sys, &dir.join("rate"))?,
-            gids: self.read_gids(&dir)?,
+            gids: match gids {
+                true => self.read_gids(&dir)?,
+                false => Vec::new(),
+            },
             netdevs: self.port_netdevs(base, index, parent)?,
         })
     }
@@ -646,35 +652,6 @@ impl<'a> RdmaSysfs<'a> {
         Ok(self
             .find_gids_for_ips(ibdev, port, &[ip], netdev)?
             .remove(0))
-    }
-
-    /// [`Self::find_gid_for_ip`] for each of `ips`, with [`find_gid`]'s pick, from a
-    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry: a table has up to 1024
-    /// entries (rxe's), a sysfs read each, and the kernel puts a new address's GIDs at the
-    /// lowest free indexes. That end does not look at the entry's netdev, so an address that
-    /// another netdev holds too is looked for again in the whole table.
-    pub fn find_gids_for_ips(
-        &self,
-        ibdev: &str,
-        port: u32,
-        ips: &[IpAddr],
-        netdev: &str,
-    ) -> io::Result<Vec<Option<(u32, GidType)>>> {
-        let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-        let pick = |scan: &pod::GidScan| -> Vec<Option<(u32, GidType)>> {
-            ips.iter()
-                .map(|ip| find_gid(&scan.hits, *ip, netdev))
-                .collect()
-        };
-        let scan = self.scan_gids(ibdev, port, &wanted, true)?;
-        let picked = pick(&scan);
-        let elsewhere = |(p, ip): (&Option<(u32, GidType)>, &IpAddr)| {
-            p.is_none() && scan.hits.iter().any(|h| h.matches_ip(*ip))
-        };
-        if picked.iter().zip(ips).any(elsewhere) {
-            return Ok(pick(&self.scan_gids(ibdev, port, &wanted, false)?));
-        }
-        Ok(picked)
     }
 
     fn port_netdevs(&self, base: &Path, port: u32, parent: &IbParent) -> io::Result<Vec<String>> {

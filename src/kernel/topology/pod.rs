@@ -1,6 +1,6 @@
-//! What `rdma-ns env` and the probe read, at every pod start: a port's state and link layer
-//! without its GID table, the uverbs devices without the MAD ones, and a GID-table search that
-//! reads one file per entry and the entry's attributes only on a hit.
+//! What `rdma-ns env`, the probe and ADD's GID wait read, at every pod start: a port's state
+//! and link layer without its GID table, the uverbs devices without the MAD ones, and a
+//! GID-table search that reads one file per entry and the entry's attributes only on a hit.
 //!
 //! [`RdmaSysfs::device`] reads every GID of every port with its type and netdev (three files
 //! an entry): right for discovery on the node, far too slow for a process that must finish in
@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::io;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
 
 use super::files::{
@@ -203,6 +203,35 @@ impl RdmaSysfs<'_> {
         Ok(scan)
     }
 
+    /// [`Self::find_gid_for_ip`] for each of `ips`, with [`find_gid`]'s pick, from a
+    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry: a table has up to 1024
+    /// entries (rxe's), a sysfs read each, and the kernel puts a new address's GIDs at the
+    /// lowest free indexes. That end does not look at the entry's netdev, so an address that
+    /// another netdev holds too is looked for again in the whole table.
+    pub fn find_gids_for_ips(
+        &self,
+        ibdev: &str,
+        port: u32,
+        ips: &[IpAddr],
+        netdev: &str,
+    ) -> io::Result<Vec<Option<(u32, GidType)>>> {
+        let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
+        let pick = |scan: &GidScan| -> Vec<Option<(u32, GidType)>> {
+            ips.iter()
+                .map(|ip| find_gid(&scan.hits, *ip, netdev))
+                .collect()
+        };
+        let scan = self.scan_gids(ibdev, port, &wanted, true)?;
+        let picked = pick(&scan);
+        let elsewhere = |(p, ip): (&Option<(u32, GidType)>, &IpAddr)| {
+            p.is_none() && scan.hits.iter().any(|h| h.matches_ip(*ip))
+        };
+        if picked.iter().zip(ips).any(elsewhere) {
+            return Ok(pick(&self.scan_gids(ibdev, port, &wanted, false)?));
+        }
+        Ok(picked)
+    }
+
     /// The netdev of one GID table entry (`gid_attrs/ndevs/N`), or None when it has none.
     /// Entry 0 of a RoCE port is the default GID of the port's own netdev.
     pub fn gid_ndev(&self, ibdev: &str, port: u32, index: u32) -> io::Result<Option<String>> {
@@ -293,5 +322,30 @@ fn open_gids_dir(path: &Path, ibdev: &str, port: u32) -> io::Result<fs::File> {
             format!("ib device {ibdev} has no port {port}"),
         )),
         other => other,
+    }
+}
+
+/// The GID index for `ip` on `netdev`, preferring RoCE v2: mlx5 installs a v1 and a v2 entry
+/// for each address and only v2 is routable. Entries whose type read failed are skipped.
+pub fn find_gid(gids: &[GidEntry], ip: IpAddr, netdev: &str) -> Option<(u32, GidType)> {
+    let mut candidates = gids
+        .iter()
+        .filter(|g| g.gid_type.is_some() && g.ndev.as_deref() == Some(netdev) && g.matches_ip(ip));
+    let first = candidates.next()?;
+    let best = if first.gid_type == Some(GidType::RoceV2) {
+        first
+    } else {
+        candidates
+            .find(|g| g.gid_type == Some(GidType::RoceV2))
+            .unwrap_or(first)
+    };
+    Some((best.index, best.gid_type.clone()?))
+}
+
+/// The GID a RoCE port shows for `ip`: IPv4 as an IPv4-mapped IPv6 address.
+pub fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     }
 }
