@@ -204,10 +204,11 @@ impl RdmaSysfs<'_> {
     }
 
     /// [`Self::find_gid_for_ip`] for each of `ips`, with [`find_gid`]'s pick, from a
-    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry: a table has up to 1024
-    /// entries (rxe's), a sysfs read each, and the kernel puts a new address's GIDs at the
-    /// lowest free indexes. That end does not look at the entry's netdev, so an address that
-    /// another netdev holds too is looked for again in the whole table.
+    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry (and the table's first
+    /// RoCE v2 IPv4 entry, which `env` needs: an IPv6-only pod reads the whole table): a table
+    /// has up to 1024 entries (rxe's), a sysfs read each, and the kernel puts a new address's
+    /// GIDs at the lowest free indexes. That end does not look at the entry's netdev, so an
+    /// address that another netdev holds too is looked for again in the whole table.
     pub fn find_gids_for_ips(
         &self,
         ibdev: &str,
