@@ -102,7 +102,30 @@ pub fn wait_for_gids(
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(2);
     loop {
-        let (found, missing) = gids_found(&topo, ports, ips, ndev)?;
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for ip in ips {
+            let mut hit = None;
+            for (ibdev, port) in ports {
+                let gid = topo.find_gid_for_ip(ibdev, *port, *ip, ndev).map_err(|e| {
+                    Error::io(format!("reading the GID table of {ibdev} port {port}"), e)
+                })?;
+                if let Some((index, gid_type)) = gid {
+                    hit = Some(GidRecord {
+                        ip: *ip,
+                        ibdev: ibdev.clone(),
+                        port: *port,
+                        index,
+                        gid_type: gid_type_text(&gid_type),
+                    });
+                    break;
+                }
+            }
+            match hit {
+                Some(h) => found.push(h),
+                None => missing.push(*ip),
+            }
+        }
         if missing.is_empty() {
             for g in &found {
                 crate::log_info!(
@@ -133,50 +156,6 @@ pub fn wait_for_gids(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }
-}
-
-/// Each of `ips` on the first of `ports` that has its GID, and the IPs none has yet.
-fn gids_found(
-    topo: &RdmaSysfs<'_>,
-    ports: &[(String, u32)],
-    ips: &[IpAddr],
-    ndev: &str,
-) -> Result<(Vec<GidRecord>, Vec<IpAddr>)> {
-    let mut found: Vec<Option<GidRecord>> = vec![None; ips.len()];
-    for (ibdev, port) in ports {
-        let wanted: Vec<IpAddr> = ips
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|(ip, _)| *ip)
-            .collect();
-        if wanted.is_empty() {
-            break;
-        }
-        let picked = topo
-            .find_gids_for_ips(ibdev, *port, &wanted, ndev)
-            .map_err(|e| Error::io(format!("reading the GID table of {ibdev} port {port}"), e))?;
-        for (ip, pick) in wanted.iter().zip(picked) {
-            let Some((index, gid_type)) = pick else {
-                continue;
-            };
-            let slot = ips.iter().position(|i| i == ip).expect("wanted from ips");
-            found[slot] = Some(GidRecord {
-                ip: *ip,
-                ibdev: ibdev.clone(),
-                port: *port,
-                index,
-                gid_type: gid_type_text(&gid_type),
-            });
-        }
-    }
-    let missing = ips
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| f.is_none())
-        .map(|(ip, _)| *ip)
-        .collect();
-    Ok((found.into_iter().flatten().collect(), missing))
 }
 
 /// Where the pod IPs' RoCE GIDs show: the RoCE ports (ib device, port) and the sysfs that

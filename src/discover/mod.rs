@@ -503,8 +503,6 @@ fn uverbs_node(uverbs: &[CharDev], ibdev: &str, dev_dir: &Path) -> Option<PathBu
     (meta.file_type().is_char_device() && meta.rdev() == want).then_some(path)
 }
 
-/// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
-/// itself for IPv6.
 fn no_rdma_interface(ifaces: &[Iface], devices: &[String]) -> Problem {
     Problem {
         kind: ProblemKind::NoRdmaInterface,

@@ -635,25 +635,6 @@ impl<'a> RdmaSysfs<'a> {
         self.read_gids(&dir)
     }
 
-    /// The GID index and type that `ip` on `netdev` got on `ibdev` port `port`, if the kernel
-    /// has added it yet (RoCE GIDs follow address changes from a workqueue, so a fresh address
-    /// shows up a moment later). An unknown device or port is an error, not None.
-    ///
-    /// `netdev` is matched against the name the GID table stores, which is the name inside
-    /// the netdev's own netns: in shared mode a pod's macvlan shows up as `net1` here even
-    /// though the host's /sys/class/net has no such entry.
-    pub fn find_gid_for_ip(
-        &self,
-        ibdev: &str,
-        port: u32,
-        ip: IpAddr,
-        netdev: &str,
-    ) -> io::Result<Option<(u32, GidType)>> {
-        Ok(self
-            .find_gids_for_ips(ibdev, port, &[ip], netdev)?
-            .remove(0))
-    }
-
     fn port_netdevs(&self, base: &Path, port: u32, parent: &IbParent) -> io::Result<Vec<String>> {
         match parent {
             // rxe registers exactly one port (RXE_NUM_PORT = 1, K:drivers/infiniband/sw/rxe/

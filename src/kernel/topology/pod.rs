@@ -203,34 +203,37 @@ impl RdmaSysfs<'_> {
         Ok(scan)
     }
 
-    /// [`Self::find_gid_for_ip`] for each of `ips`, with [`find_gid`]'s pick, from a
-    /// [`Self::scan_gids`] that ends at each address's RoCE v2 entry (and the table's first
-    /// RoCE v2 IPv4 entry, which `env` needs: an IPv6-only pod reads the whole table): a table
-    /// has up to 1024 entries (rxe's), a sysfs read each, and the kernel puts a new address's
-    /// GIDs at the lowest free indexes. That end does not look at the entry's netdev, so an
-    /// address that another netdev holds too is looked for again in the whole table.
-    pub fn find_gids_for_ips(
+    /// The GID index and type that `ip` on `netdev` got on `ibdev` port `port`, if the kernel
+    /// has added it yet (RoCE GIDs follow address changes from a workqueue, so a fresh address
+    /// shows up a moment later). An unknown device or port is an error, not None.
+    ///
+    /// `netdev` is matched against the name the GID table stores, which is the name inside
+    /// the netdev's own netns: in shared mode a pod's macvlan shows up as `net1` here even
+    /// though the host's /sys/class/net has no such entry.
+    ///
+    /// [`find_gid`]'s pick, from a [`Self::scan_gids`] that ends at the address's RoCE v2 entry
+    /// (and the table's first RoCE v2 IPv4 entry, which `env` needs: an IPv6-only pod reads the
+    /// whole table): a table has up to 1024 entries (rxe's), a sysfs read each, and the kernel
+    /// puts a new address's GIDs at the lowest free indexes. That end does not look at the
+    /// entry's netdev, so an address that another netdev holds too is looked for again in the
+    /// whole table.
+    pub fn find_gid_for_ip(
         &self,
         ibdev: &str,
         port: u32,
-        ips: &[IpAddr],
+        ip: IpAddr,
         netdev: &str,
-    ) -> io::Result<Vec<Option<(u32, GidType)>>> {
-        let wanted: Vec<Ipv6Addr> = ips.iter().copied().map(gid_of_ip).collect();
-        let pick = |scan: &GidScan| -> Vec<Option<(u32, GidType)>> {
-            ips.iter()
-                .map(|ip| find_gid(&scan.hits, *ip, netdev))
-                .collect()
-        };
+    ) -> io::Result<Option<(u32, GidType)>> {
+        let wanted = [gid_of_ip(ip)];
         let scan = self.scan_gids(ibdev, port, &wanted, true)?;
-        let picked = pick(&scan);
-        let elsewhere = |(p, ip): (&Option<(u32, GidType)>, &IpAddr)| {
-            p.is_none() && scan.hits.iter().any(|h| h.matches_ip(*ip))
-        };
-        if picked.iter().zip(ips).any(elsewhere) {
-            return Ok(pick(&self.scan_gids(ibdev, port, &wanted, false)?));
+        match find_gid(&scan.hits, ip, netdev) {
+            // Every hit is the address's: another netdev's.
+            None if !scan.hits.is_empty() => {
+                let whole = self.scan_gids(ibdev, port, &wanted, false)?;
+                Ok(find_gid(&whole.hits, ip, netdev))
+            }
+            picked => Ok(picked),
         }
-        Ok(picked)
     }
 
     /// The netdev of one GID table entry (`gid_attrs/ndevs/N`), or None when it has none.
@@ -343,7 +346,8 @@ pub fn find_gid(gids: &[GidEntry], ip: IpAddr, netdev: &str) -> Option<(u32, Gid
     Some((best.index, best.gid_type.clone()?))
 }
 
-/// The GID a RoCE port shows for `ip`: IPv4 as an IPv4-mapped IPv6 address.
+/// The GID a RoCE port holds for `ip`: IPv4-mapped for IPv4 (rdma_ip2gid), the address
+/// itself for IPv6.
 pub fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
