@@ -222,15 +222,15 @@ def breakdown(runs):
     containers = med([r["containers_ms"] for r in dra]) - med([r["containers_ms"] for r in plain])
     prepare = med([r["prepare_ms"] for r in dra])
     total = (med([r["seconds"] for r in dra]) - med([r["seconds"] for r in plain])) * 1e3
-    kernel = med([r["kworker_ms"] for r in dra]) - med([r["kworker_ms"] for r in plain])
+    kernel_dra, kernel_plain = med([r["kworker_ms"] for r in dra]), med([r["kworker_ms"] for r in plain])
     return ("sandbox %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, CDI edits %.1f, "
             "steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), containers' create and start %+.0f ms, "
             "the driver's prepare %.0f ms, the rest (kubelet, API server) %+.0f ms; meanwhile the kernel's workers "
             "used %+.0f ms more CPU (medians %.0f / %.0f ms)" % (
                 sandbox, add, part("IPAM plugin "), part("the pod's variables"), part("the CDI edits"),
                 part("step "), ", ".join("%s %.0f" % (k, v) for v, k in top), sandbox - add, containers,
-                prepare, total - sandbox - containers - prepare, kernel,
-                med([r["kworker_ms"] for r in dra]), med([r["kworker_ms"] for r in plain])))
+                prepare, total - sandbox - containers - prepare, kernel_dra - kernel_plain,
+                kernel_dra, kernel_plain))
 
 
 def report(out, tag, what, runs):
