@@ -28,6 +28,12 @@ Multus's own share is what the sandbox's difference leaves after rdma-ns's ADD: 
 plugin logs no timings of its own at the lab's level. The rest (the kubelet, the status's way
 to the API server) is the total's difference less all of these. Under TCG every figure is an
 emulated machine's.
+
+And what node1's CPU did while each pod started (tests/bench/node_cpu.py: busy and idle, and
+the CPU of every command, short-lived plugins included, by process accounting): a one-vCPU TCG
+node is busy through a pod's start, so its time follows the CPU that everything on it used.
+Each pod's sandbox is removed by the runtime before the next pod starts (`sandbox_gone`), so
+that the DELs of the pod before do not land in the next one's figures.
 """
 
 import json
@@ -84,37 +90,36 @@ def pod_spec(lab, name, claim, network):
     return json.dumps(pod)
 
 
-def kworker_ticks(lab):
-    """{pid: CPU ticks} of node1's kernel workers (kworker/*) so far, from one `cat` of every
-    /proc/<pid>/stat (fields 14 and 15, utime and stime, after the parenthesised name)."""
-    ticks = {}
-    for line in lab.sh(NODE, "cat /proc/[0-9]*/stat 2>/dev/null; true").splitlines():
-        name, fields = line[line.find("(") + 1:line.rfind(")")], line[line.rfind(")") + 2:].split()
-        if name.startswith("kworker"):
-            ticks[line.split(" ", 1)[0]] = int(fields[11]) + int(fields[12])
-    return ticks
+def node_cpu(lab, verb):
+    """tests/bench/node_cpu.py on node1 (sent on stdin: the node may not see this checkout)."""
+    script = open(os.path.join(HERE, "node_cpu.py")).read()
+    return lab.node(NODE, "python3", "-", verb, input=script).stdout
 
 
-def kworker_ms(before, after):
-    """The CPU the kernel's workers used between two kworker_ticks: the deferred work a pod's
-    devices cause (the RoCE GID cache's workqueue, netns setup), which no log times. A worker
-    that exited in between is left out; USER_HZ is 100 on Linux."""
-    return sum(t - before.get(pid, 0) for pid, t in after.items()) * 10.0
+def sandbox_gone(lab, name):
+    """Waits until node1's runtime has removed the deleted pod's sandbox. The kubelet stops it
+    when the pod goes, and its garbage collection stops it again and removes it up to a minute
+    later: each time containerd runs the chain's CNI DEL (three DELs a pod on the lab), and on a
+    one-vCPU node that work would otherwise land in the next pod's start."""
+    wait_until(f"node{NODE}'s runtime removed {name}'s sandbox", 600,
+               lambda: not lab.node(NODE, "crictl", "pods", "--name", f"^{name}$", "-q").stdout.strip(),
+               step=5.0)
 
 
 def start(lab, name, claim, network):
     """One pod created, waited for and deleted: its times and what the node's logs need."""
-    workers = kworker_ticks(lab)
+    node_cpu(lab, "start")
     lab.apply(pod_spec(lab, name, claim, network))
     lab.wait_ready(name, seconds=1800)
-    kernel_ms = kworker_ms(workers, kworker_ticks(lab))
+    cpu = json.loads(node_cpu(lab, "stop").strip().splitlines()[-1])
     pod = lab.kjson("get", "pod", name)
     took = (condition_time(pod, "Ready") - condition_time(pod, "PodScheduled")).total_seconds()
     claim_name = cases_dra.claim_of(lab, name)["metadata"]["name"] if claim else None
     if claim and name.endswith("-0"):
         variables_arrived(lab, name)
     lab.delete_pods(name, seconds=1800)
-    return {"name": name, "seconds": took, "claim": claim_name, "kworker_ms": kernel_ms}
+    sandbox_gone(lab, name)
+    return {"name": name, "seconds": took, "claim": claim_name, "cpu": cpu}
 
 
 def variables_arrived(lab, pod):
@@ -222,15 +227,25 @@ def breakdown(runs):
     containers = med([r["containers_ms"] for r in dra]) - med([r["containers_ms"] for r in plain])
     prepare = med([r["prepare_ms"] for r in dra])
     total = (med([r["seconds"] for r in dra]) - med([r["seconds"] for r in plain])) * 1e3
-    kernel_dra, kernel_plain = med([r["kworker_ms"] for r in dra]), med([r["kworker_ms"] for r in plain])
     return ("sandbox %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, CDI edits %.1f, "
             "steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), containers' create and start %+.0f ms, "
-            "the driver's prepare %.0f ms, the rest (kubelet, API server) %+.0f ms; meanwhile the kernel's workers "
-            "used %+.0f ms more CPU (medians %.0f / %.0f ms)" % (
+            "the driver's prepare %.0f ms, the rest (kubelet, API server) %+.0f ms" % (
                 sandbox, add, part("IPAM plugin "), part("the pod's variables"), part("the CDI edits"),
                 part("step "), ", ".join("%s %.0f" % (k, v) for v, k in top), sandbox - add, containers,
-                prepare, total - sandbox - containers - prepare, kernel_dra - kernel_plain,
-                kernel_dra, kernel_plain))
+                prepare, total - sandbox - containers - prepare))
+
+
+def cpu_breakdown(runs, shown=10):
+    """node1's CPU while the pods started (node_cpu.py), medians: busy and idle of each kind,
+    then the commands whose medians differ most between the DRA pods and the plain ones."""
+    dra, plain = [r[0]["cpu"] for r in runs], [r[1]["cpu"] for r in runs]
+    names = {n for c in dra + plain for n in c["ms"]}
+    of = lambda cpus, n: med([c["ms"].get(n, 0) for c in cpus])  # noqa: E731
+    diffs = sorted(((of(dra, n) - of(plain, n), n) for n in names), key=lambda d: -abs(d[0]))
+    return ("busy %.1f s against %.1f s (idle %.1f / %.1f s); the largest differences by command, in ms: %s" % (
+        med([c["busy_ms"] for c in dra]) / 1e3, med([c["busy_ms"] for c in plain]) / 1e3,
+        med([c["idle_ms"] for c in dra]) / 1e3, med([c["idle_ms"] for c in plain]) / 1e3,
+        ", ".join("%s %+.0f (%.0f / %.0f)" % (n, d, of(dra, n), of(plain, n)) for d, n in diffs[:shown])))
 
 
 def report(out, tag, what, runs):
@@ -245,6 +260,7 @@ def report(out, tag, what, runs):
             tag, NODE, len(runs), what, m_dra, m_plain, m_dra / m_plain if m_plain else float("nan"), paired,
             " ".join("%.0f" % s for s in dra), " ".join("%.0f" % s for s in plain)))
     out("kube-start %s where the DRA pod's extra time goes (medians, node%d's clocks): %s" % (tag, NODE, breakdown(runs)))
+    out("kube-start %s node%d's CPU while each pod started (medians, DRA pod / plain pod): %s" % (tag, NODE, cpu_breakdown(runs)))
 
 
 # ---- the two parts ---------------------------------------------------------------------------
