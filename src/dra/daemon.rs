@@ -58,6 +58,28 @@ struct NodeState {
     failures: BTreeMap<String, AddFailure>,
 }
 
+/// How long events must stop before a pass, and the longest a pass waits for them to stop.
+/// A pod's ADD is a burst of events (its records written, a netns move is a dozen link
+/// events, a Soft-RoCE device registered) lasting 0.1 s on a real node and seconds on the
+/// lab's TCG nodes: one pass after it, not one every few hundred ms while it lasts, whose CPU
+/// a one-vCPU node took from the pod's own start. The cap keeps health and status within a
+/// few seconds of a device that keeps changing.
+const SETTLE_QUIET: Duration = Duration::from_millis(500);
+const SETTLE_MAX: Duration = Duration::from_secs(3);
+
+/// Returns once `wake` has had no notification for [`SETTLE_QUIET`], or [`SETTLE_MAX`] after
+/// it was called.
+async fn settle(wake: &Notify) {
+    let deadline = tokio::time::Instant::now() + SETTLE_MAX;
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(SETTLE_QUIET) => return,
+            _ = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+}
+
 impl Daemon {
     /// The node's Node object's UID, for the slices' owner reference.
     pub async fn node_ref(api: &dyn DriverApi, name: &str) -> NodeRef {
@@ -91,13 +113,17 @@ impl Daemon {
                     continue;
                 }
             }
-            tokio::select! {
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep(resync) => {}
+            let woken = tokio::select! {
+                _ = wake.notified() => true,
+                _ = tokio::time::sleep(resync) => false,
                 _ = stop.wait_for(|s| *s) => return,
+            };
+            if woken {
+                tokio::select! {
+                    _ = settle(&wake) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
-            // Events come in bursts (a netns move is a dozen): take them as one.
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

@@ -256,3 +256,39 @@ async fn status_entries_go_with_the_attachment_and_never_reach_a_claim_made_agai
         .count();
     assert_eq!(applies, 0, "a replaced claim is not written again");
 }
+
+fn passes(api: &FakeApi) -> usize {
+    api.calls()
+        .iter()
+        .filter(|c| c.starts_with("list slices"))
+        .count()
+}
+
+/// A pod's ADD on the node is a second or more of events (its records written, links made and
+/// moved, a Soft-RoCE device registered): they wake one pass after they settle, not a pass
+/// every 200 ms while they last. On a one-vCPU node those passes were CPU the pod's own start
+/// waited for (docs/benchmarks.md, kube-start).
+#[tokio::test]
+async fn a_burst_of_events_wakes_one_pass_after_it_settles() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let n = node(fx, FakeApi::default());
+    let api = n.api.clone();
+    let wake = Arc::new(Notify::new());
+    let (stop, stopped) = watch::channel(false);
+    let daemon = tokio::spawn(n.daemon.run(wake.clone(), stopped));
+    eventually("the first pass", || passes(&api) == 1).await;
+    for _ in 0..20 {
+        wake.notify_one();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let during = passes(&api) - 1;
+    eventually("a pass after the burst", || passes(&api) > 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let after = passes(&api) - 1;
+    stop.send(true).unwrap();
+    daemon.await.unwrap();
+    assert!(during <= 1, "{during} passes while the events came");
+    assert!(after <= 2, "{after} passes for one burst of events");
+}
