@@ -58,7 +58,17 @@ fn watch_dirs(inotify: &Inotify, data_dir: &Path) {
     }
 }
 
-/// Starts the watcher thread; `wake` is notified on every event.
+/// Whether an inotify event names the driver's own note of a status it wrote: a pass that
+/// writes one would otherwise wake the next, which finds nothing to do (on a one-vCPU node a
+/// pass's sysfs reads and slice list are CPU a starting pod waits for). An event without a
+/// name (the queue overflowed) is news.
+fn own_status_note(name: Option<&std::ffi::OsStr>) -> bool {
+    name.and_then(|n| n.to_str())
+        .is_some_and(crate::records::claim::is_status_note)
+}
+
+/// Starts the watcher thread; `wake` is notified on every event but the driver's own status
+/// notes.
 pub fn spawn(data_dir: PathBuf, wake: Arc<Notify>) -> std::io::Result<()> {
     let route = netlink(
         netlink_sys::protocols::NETLINK_ROUTE,
@@ -84,13 +94,78 @@ pub fn spawn(data_dir: PathBuf, wake: Arc<Notify>) -> std::io::Result<()> {
             }
             drop(fds);
             let mut buf = vec![0u8; 64 * 1024];
+            let mut news = false;
             for s in [&route, &rdma].into_iter().flatten() {
-                while matches!(s.recv(&mut &mut buf[..], 0), Ok(n) if n > 0) {}
+                while matches!(s.recv(&mut &mut buf[..], 0), Ok(n) if n > 0) {
+                    news = true;
+                }
             }
-            if inotify.read_events().is_ok() {
+            if let Ok(events) = inotify.read_events() {
                 watch_dirs(&inotify, &data_dir);
+                news |= events.iter().any(|e| !own_status_note(e.name.as_deref()));
             }
-            wake.notify_one();
+            if news {
+                wake.notify_one();
+            }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::claim::{ClaimRef, ClaimStore, StatusEntry, WrittenStatus};
+    use crate::testutil::TempDir;
+    use std::time::Duration;
+
+    fn note(uid: &str) -> WrittenStatus {
+        WrittenStatus {
+            claim: ClaimRef {
+                namespace: "team".into(),
+                name: "rdma".into(),
+                uid: uid.into(),
+            },
+            entries: vec![StatusEntry {
+                pool: "node-a".into(),
+                device: "rxe-eth1".into(),
+                share_id: None,
+            }],
+        }
+    }
+
+    /// Whether `wake` is notified within `within`.
+    fn woken(wake: &Arc<Notify>, within: Duration) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async { tokio::time::timeout(within, wake.notified()).await.is_ok() })
+    }
+
+    /// A pass that writes a claim's status notes it in the data dir first; that note must not
+    /// wake the next pass, which would find nothing to do and only take a node's CPU (a pass
+    /// reads sysfs and lists the slices). The CNI's records (the presence twin) still wake it.
+    #[test]
+    fn the_drivers_own_status_notes_do_not_wake_it_the_records_of_others_do() {
+        let tmp = TempDir::new("dra-events-own");
+        let store = ClaimStore::new(tmp.path());
+        store.note_written_status(&note("c1")).unwrap();
+        let wake = Arc::new(Notify::new());
+        spawn(tmp.path().to_path_buf(), wake.clone()).unwrap();
+        // Anything the watcher saw while it started is spent here.
+        woken(&wake, Duration::from_millis(300));
+
+        store.note_written_status(&note("c2")).unwrap();
+        store.forget_written_status("c1").unwrap();
+        assert!(
+            !woken(&wake, Duration::from_secs(1)),
+            "a status note the driver wrote woke it"
+        );
+
+        std::fs::write(store.dir().join("c3.add-error.json"), b"{}").unwrap();
+        assert!(
+            woken(&wake, Duration::from_secs(5)),
+            "a failed ADD's record did not wake the driver"
+        );
+    }
 }

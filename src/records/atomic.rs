@@ -92,11 +92,17 @@ pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
     })
 }
 
-/// Whether `name` is one of a temp file of [`write_atomic`] (`.<name>.tmp-<pid>`).
-fn is_temp_file_name(name: &str) -> bool {
+/// The file a temp file of [`write_atomic`] (`.<name>.tmp-<pid>`) is written for, or `None`
+/// when `name` is not one.
+pub fn temp_target(name: &str) -> Option<&str> {
     name.strip_prefix('.')
         .and_then(|n| n.rsplit_once(".tmp-"))
-        .is_some_and(|(_, pid)| pid.parse::<u32>().is_ok())
+        .filter(|(_, pid)| pid.parse::<u32>().is_ok())
+        .map(|(target, _)| target)
+}
+
+fn is_temp_file_name(name: &str) -> bool {
+    temp_target(name).is_some()
 }
 
 /// Temp files of `path` left by writers that are gone (a plugin killed mid-write).

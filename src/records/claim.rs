@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::records::atomic::{remove_stale_temps, write_atomic};
+use crate::records::atomic::{remove_stale_temps, temp_target, write_atomic};
 use crate::records::lock::claim_lock_key;
 use crate::records::store::{DeviceLock, Store};
 
@@ -233,6 +233,12 @@ pub struct StatusEntry {
 pub struct WrittenStatus {
     pub claim: ClaimRef,
     pub entries: Vec<StatusEntry>,
+}
+
+/// Whether `name`, a file in the claims dir, is the driver's note of a status it wrote, or a
+/// temp file of one: only the driver writes those.
+pub fn is_status_note(name: &str) -> bool {
+    temp_target(name).unwrap_or(name).ends_with(STATUS_SUFFIX)
 }
 
 /// How long a claim's lock is waited for.
