@@ -59,13 +59,17 @@ struct NodeState {
 }
 
 /// How long events must stop before a pass, and the longest a pass waits for them to stop.
-/// A pod's ADD is a burst of events (its records written, a netns move is a dozen link
-/// events, a Soft-RoCE device registered) lasting 0.1 s on a real node and seconds on the
-/// lab's TCG nodes: one pass after it, not one every few hundred ms while it lasts, whose CPU
-/// a one-vCPU node took from the pod's own start. The cap keeps health and status within a
-/// few seconds of a device that keeps changing.
-const SETTLE_QUIET: Duration = Duration::from_millis(500);
-const SETTLE_MAX: Duration = Duration::from_secs(3);
+/// A pod's start is a series of bursts of events: the default network's veth, the CNI's
+/// records, a netns move's dozen link events, a Soft-RoCE device registered. On a real node
+/// they all come within a fraction of a second; on the lab's TCG nodes they came 1.5 to 2.5 s
+/// apart for 10 to 30 s, and each pass they woke took 70 to 200 ms of the one vCPU that the
+/// pod's start was waiting for (docs/benchmarks.md, kube-start). So one pass once they stop,
+/// which only a pod's status waits for (it names the pod's network a second or two later);
+/// nothing waits for a pass while the pod's ADD is still under way. The cap bounds what a device
+/// that never stops changing (a flapping link) delays: its health and statuses, by 10 s, far
+/// within the kubelet's health timeout of three resyncs.
+const SETTLE_QUIET: Duration = Duration::from_secs(2);
+const SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// Returns once `wake` has had no notification for [`SETTLE_QUIET`], or [`SETTLE_MAX`] after
 /// it was called.

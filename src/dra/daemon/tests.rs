@@ -134,14 +134,18 @@ fn allocated(uid: &str, pods: &[&str]) -> ResourceClaim {
     .unwrap()
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
+async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    eventually_within(what, 2, f).await
+}
+
+async fn eventually_within(what: &str, seconds: u64, mut f: impl FnMut() -> bool) {
+    for _ in 0..seconds * 100 {
         if f() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("{what}: not within 2 s");
+    panic!("{what}: not within {seconds} s");
 }
 
 /// §4 of issue 39: a pod the scheduler added to a prepared claim's `reservedFor` (the kubelet
@@ -284,11 +288,41 @@ async fn a_burst_of_events_wakes_one_pass_after_it_settles() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let during = passes(&api) - 1;
-    eventually("a pass after the burst", || passes(&api) > 1).await;
+    eventually_within("a pass after the burst", 5, || passes(&api) > 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     let after = passes(&api) - 1;
     stop.send(true).unwrap();
     daemon.await.unwrap();
     assert!(during <= 1, "{during} passes while the events came");
     assert!(after <= 2, "{after} passes for one burst of events");
+}
+
+/// A DRA pod's start on the lab's TCG node wakes the driver in bursts 1.5 to 2.5 s apart for
+/// 10 to 30 s (the default network's veth, the CNI's records, the macvlan's parent), and each
+/// pass took 70 to 200 ms of the one vCPU the pod's start was waiting for: a series of bursts
+/// that close together is one pass, after it, not one per burst (docs/benchmarks.md,
+/// kube-start).
+#[tokio::test]
+async fn bursts_a_second_and_a_half_apart_wake_one_pass_after_the_last() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let n = node(fx, FakeApi::default());
+    let api = n.api.clone();
+    let wake = Arc::new(Notify::new());
+    let (stop, stopped) = watch::channel(false);
+    let daemon = tokio::spawn(n.daemon.run(wake.clone(), stopped));
+    eventually("the first pass", || passes(&api) == 1).await;
+    for _ in 0..4 {
+        for _ in 0..3 {
+            wake.notify_one();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    }
+    let during = passes(&api) - 1;
+    eventually_within("a pass after the bursts", 5, || passes(&api) > 1).await;
+    stop.send(true).unwrap();
+    daemon.await.unwrap();
+    assert!(during <= 1, "{during} passes while the bursts came");
 }
