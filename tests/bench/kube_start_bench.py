@@ -52,6 +52,8 @@ import cases_dra  # noqa: E402
 from kube_bench import on_lab  # noqa: E402
 
 PAIRS = int(os.environ.get("RDMA_NS_BENCH_START_PAIRS", "5"))
+# Which parts run, comma-separated: more pairs of one part fit in the time of both.
+PARTS = os.environ.get("RDMA_NS_BENCH_START_PARTS", "standalone,multus").split(",")
 NODE = 1
 LOG = "/var/log/rdma-ns-bench.log"
 STANDALONE = "/etc/cni/net.d/00-dra-standalone.conflist"
@@ -314,6 +316,11 @@ def run(repo, out, failures):
         lab.apply(json.dumps(cases_dra.TEMPLATE))
         lab.apply(open(cases_dra.NAD_FILE).read())
         lab.sh(NODE, f"rm -f {LOG}")
-        standalone(lab, out)
-        through_multus(lab, out)
+        unknown = set(PARTS) - {"standalone", "multus"}
+        if unknown:
+            raise Fail(f"RDMA_NS_BENCH_START_PARTS: no part {', '.join(sorted(unknown))} (standalone, multus)")
+        if "standalone" in PARTS:
+            standalone(lab, out)
+        if "multus" in PARTS:
+            through_multus(lab, out)
     on_lab(repo, "kube-start", failures, body)
