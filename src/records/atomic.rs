@@ -101,10 +101,6 @@ pub fn temp_target(name: &str) -> Option<&str> {
         .map(|(target, _)| target)
 }
 
-fn is_temp_file_name(name: &str) -> bool {
-    temp_target(name).is_some()
-}
-
 /// Temp files of `path` left by writers that are gone (a plugin killed mid-write).
 pub fn remove_stale_temps(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
@@ -127,7 +123,7 @@ pub fn remove_stale_temps(path: &Path) {
 /// after a reboot.
 pub fn remove_stale_temp(path: &Path) {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    if !is_temp_file_name(&name) {
+    if temp_target(&name).is_none() {
         return;
     }
     if let Err(e) = lock_file::remove_if_free(path) {
