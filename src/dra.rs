@@ -18,6 +18,7 @@
 //! ([`daemon`]): a restart loses nothing.
 
 pub mod api;
+pub mod background;
 pub mod claims;
 pub mod config;
 pub mod daemon;

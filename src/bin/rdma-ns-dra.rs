@@ -16,6 +16,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim, ResourceSlice};
 use kube::Client;
 use rdma_ns::dra::api::{ApiError, ClaimEvents, DriverApi, KubeApi};
+use rdma_ns::dra::background::Background;
 use rdma_ns::dra::claims::Claims;
 use rdma_ns::dra::config::DriverConfig;
 use rdma_ns::dra::daemon::Daemon;
@@ -223,6 +224,7 @@ async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
         health: health_tx,
         statuses: Default::default(),
         pods: Default::default(),
+        background: Background::spawn().map_err(|e| format!("starting the passes' thread: {e}"))?,
     };
     rdma_ns::log_info!(
         "rdma-ns-dra on node {node}: serving {}",

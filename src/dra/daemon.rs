@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{watch, Notify};
 
 use crate::dra::api::{ApiError, DriverApi};
+use crate::dra::background::Background;
 use crate::dra::claims::Claims;
 use crate::dra::inventory::{self, InvDevice};
 use crate::dra::pods::PodWatches;
@@ -47,6 +48,8 @@ pub struct Daemon {
     pub health: watch::Sender<NodeWatchResourcesResponse>,
     pub statuses: StatusWriter,
     pub pods: PodWatches,
+    /// Where a pass reads the node: at the lowest CPU priority ([`crate::dra::background`]).
+    pub background: Background,
 }
 
 /// What one pass reads from the node, off the async runtime.
@@ -135,9 +138,11 @@ impl Daemon {
     /// claim, every claim's status written, CDI specs without a claim removed.
     pub async fn reconcile(&mut self) -> Result<(), ReconcileError> {
         let claims = self.claims.clone();
-        let state = tokio::task::spawn_blocking(move || read_node(&claims))
+        let state = self
+            .background
+            .run(move || read_node(&claims))
             .await
-            .map_err(|e| ReconcileError::Task(e.to_string()))??;
+            .map_err(ReconcileError::Task)??;
         self.send_health(&state.devices);
         let published = publisher::publish(
             self.api.as_ref(),
@@ -181,7 +186,21 @@ impl Daemon {
     }
 }
 
+/// The nice value of the thread of the last node read (tests: which priority a pass runs at).
+#[cfg(test)]
+static LAST_READ_NICE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MIN);
+
+/// This thread's nice value (Linux keeps it per thread; field 19 of /proc/thread-self/stat).
+#[cfg(test)]
+pub(crate) fn own_nice() -> i32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[16].parse().unwrap()
+}
+
 fn read_node(claims: &Claims) -> Result<NodeState, ReconcileError> {
+    #[cfg(test)]
+    LAST_READ_NICE.store(own_nice(), std::sync::atomic::Ordering::SeqCst);
     claims.sweep_specs();
     let devices = inventory::read(&claims.sys, &claims.cfg).map_err(ReconcileError::Inventory)?;
     let data_dir = &claims.cfg.data_dir;
