@@ -130,9 +130,12 @@ class Lab:
                      timeout=seconds + 30)
 
     def delete_pods(self, *pods, seconds=300):
+        # A 1 s grace period: the test pods' PID 1 (`sleep infinity`, conf/pod.yaml's command)
+        # ignores SIGTERM, so the default 30 s was only a wait before the same SIGKILL and the
+        # same CNI DEL.
         if pods:
-            self.kubectl("delete", "pod", "--ignore-not-found", "--wait=true", f"--timeout={seconds}s", *pods,
-                         timeout=seconds + 30)
+            self.kubectl("delete", "pod", "--ignore-not-found", "--wait=true", "--grace-period=1",
+                         f"--timeout={seconds}s", *pods, timeout=seconds + 30)
 
     def network_status(self, pod):
         meta = self.kjson("get", "pod", pod)["metadata"]
