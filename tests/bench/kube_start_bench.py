@@ -109,10 +109,12 @@ def sandbox_gone(lab, name):
     lab), and on a one-vCPU node that work would otherwise land in the next pod's start. Removing
     it here (`crictl rmp -f`: the same stop and removal, with their DELs) does that work now
     instead of a minute from now; the kubelet's collection then finds nothing to do."""
+    # crictl's default deadline of 2 s is shorter than a busy TCG node's runtime takes to answer
+    # (a listing failed so), let alone to run three DELs.
     def listed():
-        return lab.node(NODE, "crictl", "pods", "--name", f"^{name}$", "-q").stdout.split()
+        return lab.node(NODE, "crictl", "--timeout", "120s", "pods", "--name", f"^{name}$", "-q",
+                        timeout=150).stdout.split()
     for sandbox in listed():
-        # crictl's default deadline of 2 s is shorter than three DELs on a TCG node.
         lab.node(NODE, "crictl", "--timeout", "600s", "rmp", "-f", sandbox, check=False, timeout=630)
     wait_until(f"node{NODE}'s runtime removed {name}'s sandbox", 600, lambda: not listed(), step=5.0)
 
@@ -312,7 +314,7 @@ def standalone_conflist(lab):
 
 
 def runtime_chain_has_rdma_ns(lab):
-    info = json.loads(lab.node(NODE, "crictl", "info").stdout)
+    info = json.loads(lab.node(NODE, "crictl", "--timeout", "120s", "info", timeout=150).stdout)
     return '"rdma-ns"' in json.dumps(info.get("cniconfig", {}))
 
 
