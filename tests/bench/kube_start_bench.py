@@ -127,6 +127,8 @@ def start(lab, name, claim, network):
     cpu = json.loads(node_cpu(lab, "stop").strip().splitlines()[-1])
     pod = lab.kjson("get", "pod", name)
     took = (condition_time(pod, "Ready") - condition_time(pod, "PodScheduled")).total_seconds()
+    # Each pod's time as it comes (stderr), so that a run that fails later keeps its samples.
+    print(f"kube-start: {name} {took:.0f} s", file=sys.stderr, flush=True)
     claim_name = cases_dra.claim_of(lab, name)["metadata"]["name"] if claim else None
     if claim and name.endswith("-0"):
         variables_arrived(lab, name)
