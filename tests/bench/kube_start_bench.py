@@ -82,9 +82,6 @@ def pod_spec(lab, name, claim, network):
     text = lab.manifests("pod", cases_dra.POD_FILE, name, f"node{NODE}", lab.image("lab-tools"), network or "")
     pod = next(d for d in yaml.safe_load_all(text) if d)
     spec = pod["spec"]
-    # `sleep infinity` is the pod's PID 1, which ignores SIGTERM: without this each deletion
-    # waited out the default 30 s grace period. Only the bench's wall time changes.
-    spec["terminationGracePeriodSeconds"] = 1
     spec.pop("nodeName", None)
     spec["nodeSelector"] = {"kubernetes.io/hostname": f"node{NODE}"}
     if claim:
