@@ -6,6 +6,10 @@
 #   install/lab.sh up              build or reuse everything, boot the nodes, install rdma-ns as
 #                                  docs/install.md says, start two RDMA pods; the last line of
 #                                  stdout is the kubeconfig's path (usable from this machine)
+#   install/lab.sh build           build or reuse everything `up` needs (components, kernel,
+#                                  images, the node disks' seed) and start nothing; `up` then
+#                                  finds it all cached (tests/run.sh builds this way in the
+#                                  background while the VM tier runs)
 #   install/lab.sh kubectl ARGS... kubectl against the lab
 #   install/lab.sh helm ARGS...    helm against the lab (install/lab/build.sh helm builds it)
 #   install/lab.sh node N CMD...   run CMD as root on node N (1 or 2); its exit status is ours
@@ -75,13 +79,14 @@ missing_packages() {
 vng_pinned() { [[ $(vng --version 2>/dev/null) == "virtme-ng ${VNG_PIP#*==}" ]]; }
 
 # Everything `up` needs, checked before it builds anything: a missing one is named with its fix.
+# With "build", what `build` needs: no VM boots, so neither virtme-ng nor /dev/net/tun.
 check_prerequisites() {
     [[ $(id -u) == 0 ]] || die "the lab needs root (network namespaces, VMs, node disks)"
-    local missing=() packages goversion
+    local missing=() packages goversion for=${1:-up}
     packages=$(missing_packages | tr '\n' ' ')
     [[ -z $packages ]] || missing+=("Debian packages ${packages% }")
     command -v protoc >/dev/null || missing+=("protoc (protobuf-compiler)")
-    vng_pinned || missing+=("virtme-ng ${VNG_PIP#*==} (pip install $VNG_PIP)")
+    [[ $for == build ]] || vng_pinned || missing+=("virtme-ng ${VNG_PIP#*==} (pip install $VNG_PIP)")
     if ! command -v go >/dev/null; then
         missing+=("go: $GO_NEEDED")
     else
@@ -89,7 +94,7 @@ check_prerequisites() {
         [[ $goversion =~ ^go1\.(2[6-9]|[3-9][0-9]) ]] || missing+=("go: $goversion is too old, the lab needs $GO_NEEDED")
     fi
     command -v cargo >/dev/null || missing+=("cargo: $RUST_NEEDED")
-    [[ -e /dev/net/tun ]] || missing+=("/dev/net/tun (the node VMs' management links are tap devices: modprobe tun)")
+    [[ $for == build || -e /dev/net/tun ]] || missing+=("/dev/net/tun (the node VMs' management links are tap devices: modprobe tun)")
     ((${#missing[@]} == 0)) && return 0
     printf 'lab: missing: %s\n' "${missing[@]}" >&2
     die "install/lab.sh prerequisites installs the Debian packages and virtme-ng; Go and Rust are yours to install"
@@ -460,6 +465,12 @@ down() {
 
 case ${1:-} in
 up) up ;;
+build)
+    # images.sh rewrites the image references a running lab's manifests are made from.
+    is_up && die "the lab is up, and build would rewrite the image references it runs on: install/lab.sh down first"
+    check_prerequisites build
+    build_everything
+    ;;
 down) down ;;
 status) status ;;
 kubectl)

@@ -110,9 +110,12 @@ installer_image() {
 driver_image() {
     local tag=$1 commit bin line files=() entry="" lib
     commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    (cd "$LAB_REPO" && RDMA_NS_GIT_COMMIT=$commit cargo build -q --release --locked --features dra --bin rdma-ns-dra) >&2 ||
+    # A target dir of its own: tests/run.sh runs this build beside the VM tier's cargo, which
+    # would otherwise wait on the lock of the shared one for the minutes of a release build.
+    (cd "$LAB_REPO" && RDMA_NS_GIT_COMMIT=$commit CARGO_TARGET_DIR=$LAB_REPO/target/lab-driver \
+        cargo build -q --release --locked --features dra --bin rdma-ns-dra) >&2 ||
         die "cargo build --release --features dra --bin rdma-ns-dra failed"
-    bin=$LAB_REPO/target/release/rdma-ns-dra
+    bin=$LAB_REPO/target/lab-driver/release/rdma-ns-dra
     while read -r line; do
         case $line in
         "COPY --from=build /rdma-ns-dra "*) files+=("${line##* }=$bin") ;;

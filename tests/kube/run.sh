@@ -7,6 +7,9 @@
 #   tests/kube/run.sh [CASE...]         every case, or these (names as cases.py --list prints)
 #   tests/kube/run.sh --list            the cases
 #   tests/kube/run.sh --keep            leave the lab up afterwards (for debugging)
+#   tests/kube/run.sh --build [CASE...] only build what the lab for these cases needs
+#                                       (install/lab.sh build), boot nothing: tests/run.sh does
+#                                       this in the background while the VM tier runs
 #   tests/kube/run.sh --print-packages  the Debian packages this tier needs
 #
 # Prints one line per case ("PASS <case> (N s)" or "FAIL <case>: why"), the times of the lab's
@@ -18,13 +21,15 @@ repo=$(cd "$here/../.." && pwd)
 LAB=$repo/install/lab.sh
 VNG_PIP=virtme-ng==1.42
 keep=0
+build_only=0
 cases=()
 for arg in "$@"; do
     case $arg in
     --print-packages) exec bash "$LAB" --print-packages ;;
     --list) exec python3 "$here/cases.py" --list ;;
     --keep) keep=1 ;;
-    -*) echo "usage: tests/kube/run.sh [--keep] [--list] [--print-packages] [CASE...]" >&2; exit 2 ;;
+    --build) build_only=1 ;;
+    -*) echo "usage: tests/kube/run.sh [--keep|--build] [--list] [--print-packages] [CASE...]" >&2; exit 2 ;;
     *) cases+=("$arg") ;;
     esac
 done
@@ -37,17 +42,6 @@ fail_tier() {
 }
 
 [[ $(id -u) == 0 ]] || fail_tier "the kube tier needs root"
-# virtme-ng, as the VM tier installs it (pip; Debian's python refuses without the flag, PEP 668).
-if ! command -v vng >/dev/null; then
-    say "installing $VNG_PIP"
-    python3 -m pip install -q "$VNG_PIP" 2>/dev/null || python3 -m pip install -q --break-system-packages "$VNG_PIP" ||
-        fail_tier "pip install $VNG_PIP failed"
-    hash -r
-fi
-if bash "$LAB" status | grep -q '^lab: up'; then
-    fail_tier "a lab is up already ($(bash "$LAB" status | head -1)): install/lab.sh down first"
-fi
-
 # Whether case $1 runs: every case runs when none is named.
 chosen() { ((${#cases[@]} == 0)) || printf '%s\n' "${cases[@]}" | grep -qx "$1"; }
 # installer-updated rolls the installer DaemonSet to a second image, which install/lab/images.sh
@@ -58,6 +52,20 @@ chosen installer-updated && export RDMA_NS_LAB_NEXT_INSTALLER=1
 chosen recipe || export RDMA_NS_LAB_PODS=0
 # NFD and the node agent (install/lab/recipe.sh) only for the cases that read what they make.
 chosen node-labels || chosen exporter-metrics || export RDMA_NS_LAB_NODE_FEATURES=0
+# Building boots nothing, so it needs no virtme-ng (and installs none: the VM tier, which runs
+# beside it, may be installing it).
+((build_only)) && exec bash "$LAB" build
+
+# virtme-ng, as the VM tier installs it (pip; Debian's python refuses without the flag, PEP 668).
+if ! command -v vng >/dev/null; then
+    say "installing $VNG_PIP"
+    python3 -m pip install -q "$VNG_PIP" 2>/dev/null || python3 -m pip install -q --break-system-packages "$VNG_PIP" ||
+        fail_tier "pip install $VNG_PIP failed"
+    hash -r
+fi
+if bash "$LAB" status | grep -q '^lab: up'; then
+    fail_tier "a lab is up already ($(bash "$LAB" status | head -1)): install/lab.sh down first"
+fi
 
 LOGS=$(mktemp -d /tmp/rdma-ns-kube.XXXXXX)
 start=$(date +%s)
