@@ -265,6 +265,7 @@ fi
 # disks' seed, minutes of CPU) while the VM tier runs, at the lowest priority: it takes what the
 # two VMs leave, above all the core the shorter kernel's VM frees when it is done. The kube tier
 # then finds it all cached. Its log is kube-build.log; its time is in the kube tier's note.
+# The kube tier's cases, for its build and its run: none named is every case (--kube).
 kube_cases=()
 [ "$run_kube" = smoke ] && kube_cases=("${KUBE_SMOKE[@]}")
 KUBE_BUILD_PID=""
@@ -306,12 +307,9 @@ if [ "$run_kube" = none ]; then
   skip_tier kube --no-kube
 elif [ ! -f "$KUBE" ]; then
   fail_tier kube "$KUBE is missing"
-elif [ "$run_kube" = all ]; then
-  NOTE[kube]=$kube_build_note
-  run_tier kube summary bash "$KUBE"
 else
   NOTE[kube]=$kube_build_note
-  run_tier kube summary bash "$KUBE" "${KUBE_SMOKE[@]}"
+  run_tier kube summary bash "$KUBE" "${kube_cases[@]}"
 fi
 
 # ---------------------------------------------------------------- summary
