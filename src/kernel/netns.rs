@@ -131,8 +131,9 @@ impl Netns {
     /// Runs `f` with a sysfs mounted fresh inside this namespace, so it shows the namespace's
     /// own netdevs and (in exclusive RDMA mode) ib devices: a sysfs mount is tagged with the
     /// netns of whoever mounted it, so the host's /sys never shows a pod's devices. The mount
-    /// lives in a private mount namespace of a short-lived thread (unshare CLONE_FS|CLONE_NEWNS
-    /// is allowed per thread) and disappears with it; the host never sees it.
+    /// goes over /sys in a private mount namespace of a short-lived thread (unshare
+    /// CLONE_FS|CLONE_NEWNS is allowed per thread, and `/` is made a slave first, so nothing
+    /// propagates back) and disappears with it; the host never sees it.
     pub fn with_own_sysfs<T: Send>(
         &self,
         f: impl FnOnce(&crate::kernel::sysfs::SysRoot) -> io::Result<T> + Send,
@@ -155,15 +156,12 @@ impl Netns {
                     )
                     .map_err(io::Error::from)?;
                     setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-                    let dir = std::env::temp_dir().join(format!(
-                        "rdma-ns-sysfs-{}-{}",
-                        std::process::id(),
-                        nix::unistd::gettid()
-                    ));
-                    std::fs::create_dir_all(&dir)?;
-                    let result = mount(
+                    // Over /sys, which is there already: a directory made for the mount would
+                    // outlive a process killed while it works.
+                    let dir = Path::new("/sys");
+                    mount(
                         Some("sysfs"),
-                        &dir,
+                        dir,
                         Some("sysfs"),
                         MsFlags::MS_RDONLY
                             | MsFlags::MS_NOSUID
@@ -173,12 +171,10 @@ impl Netns {
                     )
                     .map_err(io::Error::from)
                     .and_then(|_| {
-                        let r = f(&crate::kernel::sysfs::SysRoot::new(&dir));
-                        let _ = umount2(&dir, MntFlags::MNT_DETACH);
+                        let r = f(&crate::kernel::sysfs::SysRoot::new(dir));
+                        let _ = umount2(dir, MntFlags::MNT_DETACH);
                         r
-                    });
-                    let _ = std::fs::remove_dir(&dir);
-                    result
+                    })
                 })
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("sysfs worker thread panicked")))
@@ -314,10 +310,22 @@ mod tests {
             "-n", &name, "link", "add", "podonly0", "type", "veth", "peer", "name", "podonly1"
         ]));
         let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
-        let seen = ns.with_own_sysfs(|sys| sys.list_dir("class/net"));
+        let mut mounted_on = PathBuf::new();
+        let seen = ns.with_own_sysfs(|sys| {
+            mounted_on = sys.root().to_path_buf();
+            sys.list_dir("class/net")
+        });
         drop(ns);
         let seen = seen.unwrap();
         assert!(seen.contains(&"podonly0".to_string()), "{seen:?}");
+        // A directory made for the mount would outlive a process killed while it works (the
+        // random-kill tests left one per run in /tmp): the mount goes over /sys, which is
+        // there already, in the thread's own mount namespace.
+        assert_eq!(
+            mounted_on,
+            Path::new("/sys"),
+            "mounted on a directory made for it"
+        );
         assert!(
             !Path::new("/sys/class/net/podonly0").exists(),
             "the host's /sys does not show it"
