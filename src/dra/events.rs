@@ -41,7 +41,8 @@ fn netlink(protocol: isize, group: u32, what: &str) -> Option<Socket> {
     }
 }
 
-/// Watches every directory of `data_dir` (and the dir itself); new ones are added as they come.
+/// Watches every directory of `data_dir` (and the dir itself, when it exists); new ones are added
+/// as they come.
 fn watch_dirs(inotify: &Inotify, data_dir: &Path) {
     let flags = AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE
@@ -49,7 +50,6 @@ fn watch_dirs(inotify: &Inotify, data_dir: &Path) {
         | AddWatchFlags::IN_MOVED_FROM
         | AddWatchFlags::IN_CLOSE_WRITE
         | AddWatchFlags::IN_MODIFY;
-    let _ = std::fs::create_dir_all(data_dir);
     let _ = inotify.add_watch(data_dir, flags);
     for entry in std::fs::read_dir(data_dir).into_iter().flatten().flatten() {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -78,6 +78,9 @@ pub fn spawn(data_dir: PathBuf, wake: Arc<Notify>) -> std::io::Result<()> {
     let rdma = netlink(NETLINK_RDMA, RDMA_NL_GROUP_NOTIFY, "RDMA netlink");
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(std::io::Error::from)?;
+    // Made here once, so that a node's first start has something to watch; the thread only
+    // adds watches, or it would make again a dir that someone removed.
+    let _ = std::fs::create_dir_all(&data_dir);
     watch_dirs(&inotify, &data_dir);
     std::thread::Builder::new()
         .name("rdma-ns-dra-events".into())
@@ -166,6 +169,30 @@ mod tests {
         assert!(
             woken(&wake, Duration::from_secs(5)),
             "a failed ADD's record did not wake the driver"
+        );
+    }
+
+    /// The data dir is made when the watcher starts (a node's first driver start), and never
+    /// again by the watcher: a dir someone removed stays removed (the tests' own dirs were made
+    /// again after their drop, and left in /tmp).
+    #[test]
+    fn the_data_dir_is_made_at_start_and_not_again_once_removed() {
+        let tmp = TempDir::new("dra-events-made");
+        let data_dir = tmp.path().join("data");
+        let wake = Arc::new(Notify::new());
+        spawn(data_dir.clone(), wake.clone()).unwrap();
+        assert!(data_dir.is_dir(), "not made at start");
+
+        std::fs::write(data_dir.join("c1.add-error.json"), b"{}").unwrap();
+        assert!(
+            woken(&wake, Duration::from_secs(5)),
+            "the record did not wake it"
+        );
+        std::fs::remove_dir_all(&data_dir).unwrap();
+        woken(&wake, Duration::from_secs(1));
+        assert!(
+            !data_dir.exists(),
+            "the watcher made the removed data dir again"
         );
     }
 }
