@@ -28,7 +28,9 @@ OCI=(python3 "$LAB_DIR/oci.py")
 BUSYBOX=/bin/busybox
 TOOLS_PACKAGES=(ibverbs-utils ibverbs-providers rdmacm-utils perftest ucx-utils iproute2 tcpdump)
 
-# key_of FILE...: one hash of the files' contents and the words after --
+# key_of FILE...: one hash of the files' contents and the words after --. Contents only, never a
+# path on this machine (`sha256sum <FILE`; an image's sources by content, its destinations by
+# name), so a clone in another directory finds the images already built.
 key_of() {
     local files=() words=()
     while (($#)); do
@@ -36,7 +38,7 @@ key_of() {
         files+=("$1")
         shift
     done
-    { cat "${files[@]}"; printf '%s\n' "${words[@]}" "$(sha256sum "$LAB_DIR/oci.py")"; } | sha256sum | cut -c1-12
+    { cat "${files[@]}"; printf '%s\n' "${words[@]}" "$(sha256sum <"$LAB_DIR/oci.py")"; } | sha256sum | cut -c1-12
 }
 
 # image NAME KEY REF -- OCI-ARGS...: builds $IMAGES/NAME.tar unless its key is the same.
@@ -99,7 +101,7 @@ installer_image() {
     done < <(final_stage "$LAB_REPO/install/Containerfile")
     [[ -n $entry ]] || die "install/Containerfile's final stage has no ENTRYPOINT"
     args=(--busybox "$BUSYBOX" --files "${files[@]}" --entrypoint "$entry")
-    image "${NAME:-installer}" "$(key_of "$bin" "$LAB_REPO/install/Containerfile" "$LAB_REPO/install/install.sh" -- "$tag")" \
+    image "${NAME:-installer}" "$(key_of "$LAB_REPO/install/Containerfile" "${files[@]#*=}" -- "$tag" "${files[@]%%=*}")" \
         "localhost/rdma-ns-installer:$tag" -- "${args[@]}"
 }
 
@@ -128,7 +130,7 @@ driver_image() {
     for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
         files+=("$lib=$(readlink -f "$lib")")
     done
-    image dra "$(key_of "$bin" "$LAB_REPO/install/dra/Containerfile" -- "$tag" "${files[@]}")" \
+    image dra "$(key_of "$LAB_REPO/install/dra/Containerfile" "${files[@]#*=}" -- "$tag" "${files[@]%%=*}")" \
         "localhost/rdma-ns-dra:$tag" -- --files "${files[@]}" --entrypoint "$entry"
 }
 
