@@ -13,8 +13,10 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
 IMAGES=$LAB_CACHE/images
-# This script's contents, not its path (`sha256sum <`), so a clone elsewhere finds the seed.
-key=$({ cat "$IMAGES"/*.key; cat "$IMAGES/refs"; lab_version containerd; sha256sum <"$0"; } | sha256sum | cut -c1-12)
+# This script's contents, not its path (`sha256sum <`), so a clone elsewhere finds the seed; the
+# refs sorted, so that the order images.sh printed them in (it differed between a build of the
+# tools images and a cached run) cannot make a new seed.
+key=$({ cat "$IMAGES"/*.key; sort "$IMAGES/refs"; lab_version containerd; sha256sum <"$0"; } | sha256sum | cut -c1-12)
 seed=$LAB_CACHE/seed/$key
 if [[ -f $seed/.done ]]; then
     echo "$seed"
