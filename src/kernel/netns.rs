@@ -158,10 +158,10 @@ impl Netns {
                     setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
                     // Over /sys, which is there already: a directory made for the mount would
                     // outlive a process killed while it works.
-                    let dir = Path::new("/sys");
+                    let sys = crate::kernel::sysfs::SysRoot::default();
                     mount(
                         Some("sysfs"),
-                        dir,
+                        sys.root(),
                         Some("sysfs"),
                         MsFlags::MS_RDONLY
                             | MsFlags::MS_NOSUID
@@ -171,8 +171,8 @@ impl Netns {
                     )
                     .map_err(io::Error::from)
                     .and_then(|_| {
-                        let r = f(&crate::kernel::sysfs::SysRoot::new(dir));
-                        let _ = umount2(dir, MntFlags::MNT_DETACH);
+                        let r = f(&sys);
+                        let _ = umount2(sys.root(), MntFlags::MNT_DETACH);
                         r
                     })
                 })
@@ -319,8 +319,8 @@ mod tests {
         let seen = seen.unwrap();
         assert!(seen.contains(&"podonly0".to_string()), "{seen:?}");
         // A directory made for the mount would outlive a process killed while it works (the
-        // random-kill tests left one per run in /tmp): the mount goes over /sys, which is
-        // there already, in the thread's own mount namespace.
+        // random-kill tests left some in /tmp): the mount goes over /sys, which is there
+        // already, in the thread's own mount namespace.
         assert_eq!(
             mounted_on,
             Path::new("/sys"),
