@@ -142,9 +142,8 @@ tools_image() {
     key=$(key_of "$bin" -- "$(awk '{ print $2, $4 }' <<<"$uris")")
     if [[ -f $IMAGES/lab-tools.tar && $(cat "$IMAGES/lab-tools.key" 2>/dev/null) == "$key" &&
         -f $IMAGES/lab-tools-plain.tar && $(cat "$IMAGES/lab-tools-plain.key" 2>/dev/null) == "$key" ]]; then
-        # The order the build below prints them in: refs is part of the seed's key.
-        echo "lab-tools-plain docker.io/rdma-ns/lab-tools-plain:$key"
         echo "lab-tools docker.io/rdma-ns/lab-tools:$key"
+        echo "lab-tools-plain docker.io/rdma-ns/lab-tools-plain:$key"
         return
     fi
     mkdir -p "$LAB_CACHE/debs"
