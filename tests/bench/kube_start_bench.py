@@ -18,7 +18,8 @@ Pod start to Ready on node1, alternating pairs, medians and ratios:
 Each time runs from the pod's PodScheduled condition to its Ready condition as the API server
 stamped them (1 s resolution; the scheduler allocates the claim before PodScheduled). Then
 where the difference goes, from node1's own clocks:
-- containerd's log: RunPodSandbox (every CNI plugin's ADD inside it) and the containers'
+- containerd's log: the sandbox's network (RunPodSandbox up to the pause container's shim:
+  every CNI plugin's ADD), the runtime's start of the pause container, and the containers'
   creation and start (the CDI edits applied there);
 - rdma-ns's own timings (docs/configuration.md, "Timings"; the bench's networks log at debug,
   in JSON, to /var/log/rdma-ns-bench.log): the whole ADD, the IPAM plugin's exec, each step,
@@ -153,8 +154,13 @@ def pairs(lab, tag, network):
 
 # ---- the node's logs -------------------------------------------------------------------------
 def containerd_times(text, pod):
-    """From containerd's log: (RunPodSandbox ms, sandbox's return to the last container's start
-    ms) of pod's last sandbox."""
+    """From containerd's log, of pod's last sandbox, in ms: (the sandbox's network, from
+    RunPodSandbox to the pause container's shim; the pause container's start, from its shim to
+    RunPodSandbox's return; the containers, from that return to the last container's start).
+    containerd 2.4's RunPodSandbox (internal/cri/server/sandbox_run.go) makes the netns and runs
+    the CNI chain (setupPodNetwork) before it starts the sandbox (StartSandbox), whose shim it
+    logs "connecting to shim <sandbox id>" on: the line splits the runtime's own start of the
+    pause container from the chain."""
     def when(line):
         return stamp(re.search(r'time="([^"]+)"', line).group(1))
     start = end = sandbox = None
@@ -169,12 +175,16 @@ def containerd_times(text, pod):
             start = when(line)
     if not (start and end and sandbox):
         raise Fail(f"node{NODE}'s containerd log has no RunPodSandbox of {pod}")
+    shim = [when(l) for l in text.splitlines() if f"connecting to shim {sandbox}" in l]
+    if not shim:
+        raise Fail(f"node{NODE}'s containerd log has no shim of {pod}'s sandbox {sandbox}")
     containers = set(re.findall(rf'CreateContainer within sandbox \\"{sandbox}\\".*returns container id \\"([0-9a-f]+)\\"', text))
     started = [when(l) for l in text.splitlines()
                if "returns successfully" in l and any(f'StartContainer for \\"{c}\\"' in l for c in containers)]
     if not started:
         raise Fail(f"node{NODE}'s containerd log has no started container of {pod} (sandbox {sandbox})")
-    return (end - start).total_seconds() * 1e3, (max(started) - end).total_seconds() * 1e3
+    ms = lambda a, b: (b - a).total_seconds() * 1e3  # noqa: E731
+    return ms(start, shim[0]), ms(shim[0], end), ms(end, max(started))
 
 
 def rdma_ns_times(lines, pod):
@@ -211,7 +221,7 @@ def node_times(lab, runs):
                        f"--field-selector=spec.nodeName=node{NODE}", "-o", "name").split()
     driver = "".join(lab.kubectl("-n", "kube-system", "logs", p, check=False) for p in pods)
     for run in runs:
-        run["sandbox_ms"], run["containers_ms"] = containerd_times(containerd, run["name"])
+        run["network_ms"], run["pause_ms"], run["containers_ms"] = containerd_times(containerd, run["name"])
         run["rdma_ns"] = rdma_ns_times(ours, run["name"])
         run["prepare_ms"] = prepare_ms(driver, run["claim"]) if run["claim"] else 0.0
         if run["claim"] and "Add" not in run["rdma_ns"]:
@@ -235,16 +245,18 @@ def breakdown(runs):
             if k.startswith("step "):
                 steps.setdefault(k[5:], []).append(v)
     top = sorted(((med(v), k) for k, v in steps.items()), reverse=True)[:4]
-    sandbox = med([r["sandbox_ms"] for r in dra]) - med([r["sandbox_ms"] for r in plain])
+    network = med([r["network_ms"] for r in dra]) - med([r["network_ms"] for r in plain])
+    pause = med([r["pause_ms"] for r in dra]) - med([r["pause_ms"] for r in plain])
     containers = med([r["containers_ms"] for r in dra]) - med([r["containers_ms"] for r in plain])
     prepare = med([r["prepare_ms"] for r in dra])
     total = (med([r["seconds"] for r in dra]) - med([r["seconds"] for r in plain])) * 1e3
-    return ("sandbox %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, CDI edits %.1f, "
-            "steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), containers' create and start %+.0f ms, "
-            "the driver's prepare %.0f ms, the rest (kubelet, API server) %+.0f ms" % (
-                sandbox, add, part("IPAM plugin "), part("the pod's variables"), part("the CDI edits"),
-                part("step "), ", ".join("%s %.0f" % (k, v) for v, k in top), sandbox - add, containers,
-                prepare, total - sandbox - containers - prepare))
+    return ("the sandbox's network %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, "
+            "CDI edits %.1f, steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), the runtime's start of "
+            "the pause container %+.0f ms, containers' create and start %+.0f ms, the driver's prepare %.0f ms, "
+            "the rest (kubelet, API server) %+.0f ms" % (
+                network, add, part("IPAM plugin "), part("the pod's variables"), part("the CDI edits"),
+                part("step "), ", ".join("%s %.0f" % (k, v) for v, k in top), network - add, pause, containers,
+                prepare, total - network - pause - containers - prepare))
 
 
 def cpu_breakdown(runs, shown=10):
