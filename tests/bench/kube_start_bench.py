@@ -163,8 +163,9 @@ def containerd_times(text, pod):
     pause container from the chain."""
     def when(line):
         return stamp(re.search(r'time="([^"]+)"', line).group(1))
+    lines = text.splitlines()
     start = end = sandbox = None
-    for line in text.splitlines():
+    for line in lines:
         # containerd 2.4's CRI logs the metadata as `name:\"<pod>\"  uid:\"...\"`.
         if f'RunPodSandbox for name:\\"{pod}\\" ' not in line:
             continue
@@ -175,11 +176,11 @@ def containerd_times(text, pod):
             start = when(line)
     if not (start and end and sandbox):
         raise Fail(f"node{NODE}'s containerd log has no RunPodSandbox of {pod}")
-    shim = [when(l) for l in text.splitlines() if f"connecting to shim {sandbox}" in l]
+    shim = [when(l) for l in lines if f"connecting to shim {sandbox}" in l]
     if not shim:
         raise Fail(f"node{NODE}'s containerd log has no shim of {pod}'s sandbox {sandbox}")
     containers = set(re.findall(rf'CreateContainer within sandbox \\"{sandbox}\\".*returns container id \\"([0-9a-f]+)\\"', text))
-    started = [when(l) for l in text.splitlines()
+    started = [when(l) for l in lines
                if "returns successfully" in l and any(f'StartContainer for \\"{c}\\"' in l for c in containers)]
     if not started:
         raise Fail(f"node{NODE}'s containerd log has no started container of {pod} (sandbox {sandbox})")
@@ -245,11 +246,10 @@ def breakdown(runs):
             if k.startswith("step "):
                 steps.setdefault(k[5:], []).append(v)
     top = sorted(((med(v), k) for k, v in steps.items()), reverse=True)[:4]
-    network = med([r["network_ms"] for r in dra]) - med([r["network_ms"] for r in plain])
-    pause = med([r["pause_ms"] for r in dra]) - med([r["pause_ms"] for r in plain])
-    containers = med([r["containers_ms"] for r in dra]) - med([r["containers_ms"] for r in plain])
+    more = lambda key: med([r[key] for r in dra]) - med([r[key] for r in plain])  # noqa: E731
+    network, pause, containers = more("network_ms"), more("pause_ms"), more("containers_ms")
     prepare = med([r["prepare_ms"] for r in dra])
-    total = (med([r["seconds"] for r in dra]) - med([r["seconds"] for r in plain])) * 1e3
+    total = more("seconds") * 1e3
     return ("the sandbox's network %+.0f ms (rdma-ns's ADD %.0f ms: IPAM plugin %.0f, pod's variables %.1f, "
             "CDI edits %.1f, steps %.0f, slowest %s; the rest of the chain and Multus %+.0f), the runtime's start of "
             "the pause container %+.0f ms, containers' create and start %+.0f ms, the driver's prepare %.0f ms, "
