@@ -16,12 +16,10 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim, ResourceSlice};
 use kube::Client;
 use rdma_ns::dra::api::{ApiError, ClaimEvents, DriverApi, KubeApi};
-use rdma_ns::dra::background::Background;
 use rdma_ns::dra::claims::Claims;
 use rdma_ns::dra::config::DriverConfig;
 use rdma_ns::dra::daemon::Daemon;
 use rdma_ns::dra::plugin::{self, DraService, HealthService, RegistrationService};
-use rdma_ns::dra::slices::Sharing;
 use rdma_ns::kernel::sysfs::SysRoot;
 use rdma_ns::records::claim::ClaimRef;
 use tokio::sync::{watch, Notify};
@@ -216,16 +214,9 @@ async fn run(cfg: DriverConfig, node: String) -> Result<(), String> {
         registration,
         stopped(stop.clone()),
     ));
-    let daemon = Daemon {
-        node: Daemon::node_ref(api.as_ref(), &node).await,
-        api,
-        claims,
-        sharing: Sharing::MultipleAllocations,
-        health: health_tx,
-        statuses: Default::default(),
-        pods: Default::default(),
-        background: Background::spawn().map_err(|e| format!("starting the passes' thread: {e}"))?,
-    };
+    let node_ref = Daemon::node_ref(api.as_ref(), &node).await;
+    let daemon = Daemon::new(api, claims, node_ref, health_tx)
+        .map_err(|e| format!("starting the passes' thread: {e}"))?;
     rdma_ns::log_info!(
         "rdma-ns-dra on node {node}: serving {}",
         cfg.plugin_socket().display()

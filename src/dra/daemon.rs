@@ -2,9 +2,10 @@
 //! derives what should exist from the node (sysfs), the records (attachment and prepared
 //! claims) and the API server, every time, and an error policy (log, then retry after a
 //! growing pause). It wakes on an event ([`crate::dra::events`]), after a prepare or unprepare,
-//! and every `resyncSeconds`. What it keeps between passes only spares writes (the sharing the
-//! server supports, the statuses it last wrote) or holds watches ([`PodWatches`]); a restart
-//! derives all of it again.
+//! and every `resyncSeconds`. What it keeps between passes only spares requests (the sharing
+//! the server supports, the statuses it last wrote, the slices the server last returned, which
+//! each resync reads again) or holds watches ([`PodWatches`]); a restart derives all of it
+//! again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::dra::claims::Claims;
 use crate::dra::inventory::{self, InvDevice};
 use crate::dra::pods::PodWatches;
 use crate::dra::proto::health_v1::NodeWatchResourcesResponse;
+use crate::dra::publisher::KnownPool;
 use crate::dra::slices::{NodeRef, Sharing};
 use crate::dra::status::{self, StatusWriter};
 use crate::dra::{health, publisher};
@@ -48,6 +50,8 @@ pub struct Daemon {
     pub health: watch::Sender<NodeWatchResourcesResponse>,
     pub statuses: StatusWriter,
     pub pods: PodWatches,
+    /// The node's slices as the server last returned them; forgotten on each resync.
+    pub pool: KnownPool,
     /// Where a pass reads the node: at the lowest CPU priority ([`crate::dra::background`]).
     pub background: Background,
 }
@@ -88,6 +92,27 @@ async fn settle(wake: &Notify) {
 }
 
 impl Daemon {
+    /// A daemon as a start makes it: sharing as the driver offers it first, nothing written
+    /// or published yet as far as it knows, the passes' thread started.
+    pub fn new(
+        api: Arc<dyn DriverApi>,
+        claims: Arc<Claims>,
+        node: NodeRef,
+        health: watch::Sender<NodeWatchResourcesResponse>,
+    ) -> std::io::Result<Self> {
+        Ok(Daemon {
+            api,
+            claims,
+            node,
+            sharing: Sharing::MultipleAllocations,
+            health,
+            statuses: StatusWriter::default(),
+            pods: PodWatches::default(),
+            pool: KnownPool::default(),
+            background: Background::spawn()?,
+        })
+    }
+
     /// The node's Node object's UID, for the slices' owner reference.
     pub async fn node_ref(api: &dyn DriverApi, name: &str) -> NodeRef {
         let uid = match api.node_uid(name).await {
@@ -130,6 +155,8 @@ impl Daemon {
                     _ = settle(&wake) => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
+            } else {
+                self.pool.forget();
             }
         }
     }
@@ -150,6 +177,7 @@ impl Daemon {
             &state.devices,
             &self.claims.cfg,
             self.sharing,
+            &mut self.pool,
         )
         .await;
         let published = published.map(|sharing| self.sharing = sharing);

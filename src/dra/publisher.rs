@@ -8,30 +8,57 @@ use crate::dra::config::DriverConfig;
 use crate::dra::inventory::InvDevice;
 use crate::dra::slices::{self, NodeRef, Sharing};
 
+/// The node's slices as the API server last returned them, to a LIST or to this driver's own
+/// writes. A pass compares the pool it wants with these rather than listing again: every pass
+/// listed, and a pod's start wakes passes with its links and records (23.2 requests of the
+/// driver per DRA pod started on the lab, docs/benchmarks.md, kube-dra-api), while only this
+/// driver writes its node's slices. The daemon forgets them on each resync and a failed publish
+/// forgets them too, so a slice that someone else changed or deleted is seen, and put right,
+/// within `resyncSeconds`. The kubelet's plugin helper watches its slices with an informer and
+/// puts such a change right at once; a standing watch for slices that nobody else should write
+/// was not worth it here (docs/dra.md, "What it publishes").
+#[derive(Debug, Default)]
+pub struct KnownPool(Option<Vec<ResourceSlice>>);
+
+impl KnownPool {
+    /// The next publish lists the slices again.
+    pub fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// Makes the node's pool what `devices` say, shared devices offered by `sharing`; returns the
 /// sharing to use from now on (a server that dropped `allowMultipleAllocations` gets shares).
+/// Lists the node's slices only when `known` holds none; `known` holds what the server returned
+/// afterwards, and nothing after an error.
 pub async fn publish(
     api: &dyn DriverApi,
     node: &NodeRef,
     devices: &[InvDevice],
     cfg: &DriverConfig,
     sharing: Sharing,
+    known: &mut KnownPool,
 ) -> Result<Sharing, ApiError> {
     let desired = slices::desired_slices(node, devices, cfg, sharing);
-    let stored = api.slices(&node.name).await?;
+    let stored = match known.0.take() {
+        Some(stored) => stored,
+        None => api.slices(&node.name).await?,
+    };
     let kept = if slices::same_pool(&desired, &stored) {
         stored
     } else {
         write_pool(api, desired.clone(), &stored).await?
     };
-    if sharing == Sharing::MultipleAllocations && !slices::server_kept_sharing(&desired, &kept) {
+    let sharing_kept = slices::server_kept_sharing(&desired, &kept);
+    known.0 = Some(kept);
+    if sharing == Sharing::MultipleAllocations && !sharing_kept {
         let n = cfg.shares_per_device;
         crate::log_warn!(
             "the API server dropped allowMultipleAllocations (no consumable capacity, KEP-5075): \
              publishing each shared device {n} times instead"
         );
         let replicas = Sharing::Replicas(n);
-        return Box::pin(publish(api, node, devices, cfg, replicas)).await;
+        return Box::pin(publish(api, node, devices, cfg, replicas, known)).await;
     }
     Ok(sharing)
 }

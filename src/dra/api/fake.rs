@@ -90,6 +90,17 @@ impl FakeApi {
         self.state.lock().unwrap().slices.clone()
     }
 
+    /// Another client deletes slice `name` (no call of the driver's).
+    pub fn delete_slice_elsewhere(&self, name: &str) {
+        self.state.lock().unwrap().slices.remove(name);
+    }
+
+    /// Another client updates slice `name`: a new resourceVersion, the same content.
+    pub fn update_slice_elsewhere(&self, name: &str) {
+        let slice = self.state.lock().unwrap().slices.get(name).cloned();
+        self.store_slice(slice.expect("a stored slice"));
+    }
+
     fn store_slice(&self, mut slice: ResourceSlice) -> ResourceSlice {
         let mut s = self.state.lock().unwrap();
         s.version += 1;

@@ -29,23 +29,17 @@ fn node(fx: SysfsFixture, api: FakeApi) -> Node {
         ..DriverConfig::default()
     };
     let api = Arc::new(api);
-    let daemon = Daemon {
-        api: api.clone(),
-        claims: Arc::new(Claims {
-            cfg,
-            sys: fx.root().clone(),
-            node: "node-a".into(),
-        }),
-        node: NodeRef {
-            name: "node-a".into(),
-            uid: Some("6b1f0c1e-0000-4000-8000-000000000001".into()),
-        },
-        sharing: Sharing::MultipleAllocations,
-        health: watch::channel(Default::default()).0,
-        statuses: Default::default(),
-        pods: Default::default(),
-        background: Background::spawn().unwrap(),
+    let claims = Arc::new(Claims {
+        cfg,
+        sys: fx.root().clone(),
+        node: "node-a".into(),
+    });
+    let node_ref = NodeRef {
+        name: "node-a".into(),
+        uid: Some("6b1f0c1e-0000-4000-8000-000000000001".into()),
     };
+    let health = watch::channel(Default::default()).0;
+    let daemon = Daemon::new(api.clone(), claims, node_ref, health).unwrap();
     Node {
         _tmp: tmp,
         fx,
@@ -62,8 +56,8 @@ fn writes(calls: &[String]) -> Vec<&String> {
 }
 
 /// A node's pool published over several slices, all of one generation; a pass that finds
-/// nothing new writes nothing; a device gone moves every slice to the next generation, and a
-/// slice the pool no longer needs is deleted.
+/// nothing new neither lists the slices again nor writes; a device gone moves every slice to
+/// the next generation, and a slice the pool no longer needs is deleted.
 #[tokio::test]
 async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation() {
     let fx = SysfsFixture::new().unwrap();
@@ -79,6 +73,7 @@ async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation(
     n.daemon.reconcile().await.unwrap();
     let again: Vec<String> = n.api.calls()[first..].to_vec();
     assert!(writes(&again).is_empty(), "{again:?}");
+    assert!(!again.iter().any(|c| c.starts_with("list ")), "{again:?}");
 
     // The ib devices of two VFs of the second PF go away: 128 devices, one slice.
     for ib in ["mlx5_128", "mlx5_129"] {
@@ -93,6 +88,71 @@ async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation(
         (1, 1)
     );
     assert_eq!(s.spec.devices.as_ref().unwrap().len(), 128);
+}
+
+/// A slice another client updated turns the driver's next write of it into a conflict (a pass
+/// woken by an event compares with the slices the server last returned): that pass fails, and
+/// the one after lists the slices again and writes the pool.
+#[tokio::test]
+async fn a_slice_updated_elsewhere_fails_one_publish_and_the_next_pass_writes_the_pool() {
+    let fx = SysfsFixture::new().unwrap();
+    fx.roce_pfs_with_vfs(2, 64).unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "N")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    n.daemon.reconcile().await.unwrap();
+    n.api.update_slice_elsewhere("node-a.rdma-ns.io");
+    for ib in ["mlx5_128", "mlx5_129"] {
+        std::fs::remove_file(n.fx.path().join("class/infiniband").join(ib)).unwrap();
+    }
+    let refused = n.daemon.reconcile().await;
+    assert!(
+        matches!(
+            refused,
+            Err(ReconcileError::Publish(ApiError::Conflict { .. }))
+        ),
+        "{refused:?}"
+    );
+    let first = n.api.calls().len();
+    n.daemon.reconcile().await.unwrap();
+    assert!(n.api.calls()[first..].contains(&"list slices node-a".to_string()));
+    let stored = n.api.stored_slices();
+    assert_eq!(stored.keys().collect::<Vec<_>>(), ["node-a.rdma-ns.io"]);
+    let s = &stored["node-a.rdma-ns.io"];
+    assert_eq!(s.spec.pool.generation, 1);
+    assert_eq!(s.spec.devices.as_ref().unwrap().len(), 128);
+}
+
+/// A slice another client deleted is published again at the next resync, which lists the
+/// slices again; the passes that events wake do not list them (the twin, in
+/// [`the_pool_is_written_when_it_changes_every_slice_at_the_next_generation`]).
+#[tokio::test]
+async fn a_slice_deleted_elsewhere_is_published_again_at_the_next_resync() {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    Arc::get_mut(&mut n.daemon.claims)
+        .unwrap()
+        .cfg
+        .resync_seconds = 1;
+    let api = n.api.clone();
+    let count = count_passes(n.daemon.health.subscribe());
+    let (stop, stopped) = watch::channel(false);
+    let daemon = tokio::spawn(n.daemon.run(Arc::new(Notify::new()), stopped));
+    eventually("the first pass", || {
+        count.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let name = api.stored_slices().keys().next().unwrap().clone();
+    api.delete_slice_elsewhere(&name);
+    assert!(!api.stored_slices().contains_key(&name));
+    eventually_within("the slice published again", 3, || {
+        api.stored_slices().contains_key(&name)
+    })
+    .await;
+    stop.send(true).unwrap();
+    daemon.await.unwrap();
 }
 
 /// A server without consumable capacity drops `allowMultipleAllocations`: the next write
@@ -262,11 +322,18 @@ async fn status_entries_go_with_the_attachment_and_never_reach_a_claim_made_agai
     assert_eq!(applies, 0, "a replaced claim is not written again");
 }
 
-fn passes(api: &FakeApi) -> usize {
-    api.calls()
-        .iter()
-        .filter(|c| c.starts_with("list slices"))
-        .count()
+/// Counts the daemon's passes: each one sends the node's health to the kubelet.
+fn count_passes(
+    mut health: watch::Receiver<NodeWatchResourcesResponse>,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while health.changed().await.is_ok() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    count
 }
 
 /// The daemon's loop on a fixture node with the fake API, woken once per entry of `gaps` (after
@@ -277,19 +344,20 @@ async fn passes_for(gaps: &[u64]) -> (usize, usize) {
     fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
         .unwrap();
     let n = node(fx, FakeApi::default());
-    let api = n.api.clone();
+    let count = count_passes(n.daemon.health.subscribe());
+    let passes = || count.load(std::sync::atomic::Ordering::SeqCst);
     let wake = Arc::new(Notify::new());
     let (stop, stopped) = watch::channel(false);
     let daemon = tokio::spawn(n.daemon.run(wake.clone(), stopped));
-    eventually("the first pass", || passes(&api) == 1).await;
+    eventually("the first pass", || passes() == 1).await;
     for ms in gaps {
         wake.notify_one();
         tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
     }
-    let during = passes(&api) - 1;
-    eventually_within("a pass after the wakes", 5, || passes(&api) > 1).await;
+    let during = passes() - 1;
+    eventually_within("a pass after the wakes", 5, || passes() > 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    let after = passes(&api) - 1;
+    let after = passes() - 1;
     stop.send(true).unwrap();
     daemon.await.unwrap();
     (during, after)
