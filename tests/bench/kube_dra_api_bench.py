@@ -16,6 +16,9 @@ counted once when it starts.
   creation to Ready, and their deletion until their claims are gone: requests per pod for each
   (prepare's claim read, the claim's watch, status writes as ADD and DEL land; the slices when
   a device's use changes nothing, since a shared device is published once).
+- Of each, the LISTs of ResourceSlices (`apiserver_request_total`, by verb and resource, of every
+  client: after start-up only the drivers list slices, the other clients keep informers), per
+  minute at rest and per pod.
 """
 
 import json
@@ -53,26 +56,31 @@ FLOW_SCHEMA = {
 }
 
 
-def dispatched(lab):
-    """The driver's requests so far: the schema's dispatched counter, summed over its labels."""
-    total = 0.0
+def request_counts(lab):
+    """The driver's requests so far: the schema's dispatched counter, summed over its labels;
+    and the LISTs of ResourceSlices so far by any client, which after start-up are the drivers'
+    (the scheduler and the controller manager keep informers, which list when they start)."""
+    total = lists = 0.0
     for line in lab.kubectl("get", "--raw", "/metrics").splitlines():
         if line.startswith("apiserver_flowcontrol_dispatched_requests_total{") and f'flow_schema="{SCHEMA}"' in line:
             total += float(line.rsplit(" ", 1)[1])
-    return total
+        elif (line.startswith("apiserver_request_total{") and 'resource="resourceslices"' in line
+              and 'verb="LIST"' in line):
+            lists += float(line.rsplit(" ", 1)[1])
+    return total, lists
 
 
 def started_and_stopped(lab):
     """Requests while PODS DRA pods start (creation to Ready), and while they go (deletion until
     their claims are gone), in waves."""
-    start = stop = 0.0
+    start = stop = (0.0, 0.0)
     for first in range(0, PODS, WAVE):
         names = [f"bench-api-{i}" for i in range(first, min(first + WAVE, PODS))]
-        before = dispatched(lab)
+        before = request_counts(lab)
         for name in names:
             cases_dra.dra_pod(lab, name, "node1")
         lab.wait_ready(*names, seconds=1800)
-        ready = dispatched(lab)
+        ready = request_counts(lab)
         claims = [cases_dra.claim_of(lab, n)["metadata"]["name"] for n in names]
         lab.delete_pods(*names, seconds=1800)
         wait_until("the bench pods' claims deleted", 1800,
@@ -80,10 +88,15 @@ def started_and_stopped(lab):
                    step=5.0)
         # The drivers write the status of a claim that goes as they see it go: let them.
         time.sleep(10)
-        gone = dispatched(lab)
-        start += ready - before
-        stop += gone - ready
+        gone = request_counts(lab)
+        start = added(start, ready, before)
+        stop = added(stop, gone, ready)
     return start, stop
+
+
+def added(sums, now, then):
+    """`sums` plus the counters' growth from `then` to `now`."""
+    return tuple(s + n - t for s, n, t in zip(sums, now, then))
 
 
 def run(repo, out, failures):
@@ -94,18 +107,19 @@ def run(repo, out, failures):
         lab.apply(json.dumps(FLOW_SCHEMA))
         # The drivers restart to be counted from their first request on: list, watches, slices.
         lab.kubectl("-n", "kube-system", "delete", "pod", "-l", "app=rdma-ns-dra", "--wait=true", timeout=330)
-        t0, c0 = time.time(), dispatched(lab)
+        t0, (c0, _) = time.time(), request_counts(lab)
         lab.kubectl("-n", "kube-system", "rollout", "status", "ds/rdma-ns-dra", "--timeout=900s", timeout=930)
         for node in ("node1", "node2"):
             wait_until(f"{node}'s slice", 300, lambda: cases_dra.published(lab, node))
-        t1, c1 = time.time(), dispatched(lab)
+        t1, (c1, l1) = time.time(), request_counts(lab)
         time.sleep(REST_SECONDS)
-        t2, c2 = time.time(), dispatched(lab)
+        t2, (c2, l2) = time.time(), request_counts(lab)
         start, stop = started_and_stopped(lab)
         out("kube-dra-api rdma-ns-dra's requests (both nodes' drivers, the API server's flow-control "
             "counter of a FlowSchema of their service account): start-up %.0f requests in %.0f s; at rest "
-            "%.1f a minute over %.0f s; per DRA pod started (node1, %d pods in waves of %d) %.1f, per pod "
-            "deleted %.1f" % (c1 - c0, t1 - t0, 60.0 * (c2 - c1) / (t2 - t1), t2 - t1, PODS, WAVE,
-                              start / PODS, stop / PODS))
+            "%.1f a minute over %.0f s (slice lists %.1f); per DRA pod started (node1, %d pods in waves "
+            "of %d) %.1f (slice lists %.1f), per pod deleted %.1f (slice lists %.1f)"
+            % (c1 - c0, t1 - t0, 60.0 * (c2 - c1) / (t2 - t1), t2 - t1, 60.0 * (l2 - l1) / (t2 - t1),
+               PODS, WAVE, start[0] / PODS, start[1] / PODS, stop[0] / PODS, stop[1] / PODS))
         lab.kubectl("delete", "flowschema", SCHEMA, "--ignore-not-found")
     on_lab(repo, "kube-dra-api", failures, body)
