@@ -60,12 +60,7 @@ fn writes(calls: &[String]) -> Vec<&String> {
 /// the next generation, and a slice the pool no longer needs is deleted.
 #[tokio::test]
 async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation() {
-    let fx = SysfsFixture::new().unwrap();
-    fx.roce_pfs_with_vfs(2, 64).unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "N")
-        .unwrap();
-    let mut n = node(fx, FakeApi::default());
-    n.daemon.reconcile().await.unwrap();
+    let mut n = published_130_devices().await;
     let stored = n.api.stored_slices();
     assert_eq!(stored.len(), 2, "130 devices: two slices");
     assert!(stored.values().all(|s| s.spec.pool.generation == 0));
@@ -75,12 +70,31 @@ async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation(
     assert!(writes(&again).is_empty(), "{again:?}");
     assert!(!again.iter().any(|c| c.starts_with("list ")), "{again:?}");
 
-    // The ib devices of two VFs of the second PF go away: 128 devices, one slice.
+    remove_two_vfs(&n);
+    n.daemon.reconcile().await.unwrap();
+    assert_one_slice_of_128_at_generation_1(&n.api);
+}
+
+/// A node of two RoCE PFs with 64 VFs each (130 devices), its pool published by a first pass.
+async fn published_130_devices() -> Node {
+    let fx = SysfsFixture::new().unwrap();
+    fx.roce_pfs_with_vfs(2, 64).unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "N")
+        .unwrap();
+    let mut n = node(fx, FakeApi::default());
+    n.daemon.reconcile().await.unwrap();
+    n
+}
+
+/// The ib devices of two VFs of the second PF go away: 128 devices, one slice.
+fn remove_two_vfs(n: &Node) {
     for ib in ["mlx5_128", "mlx5_129"] {
         std::fs::remove_file(n.fx.path().join("class/infiniband").join(ib)).unwrap();
     }
-    n.daemon.reconcile().await.unwrap();
-    let stored = n.api.stored_slices();
+}
+
+fn assert_one_slice_of_128_at_generation_1(api: &FakeApi) {
+    let stored = api.stored_slices();
     assert_eq!(stored.keys().collect::<Vec<_>>(), ["node-a.rdma-ns.io"]);
     let s = &stored["node-a.rdma-ns.io"];
     assert_eq!(
@@ -95,16 +109,9 @@ async fn the_pool_is_written_when_it_changes_every_slice_at_the_next_generation(
 /// the one after lists the slices again and writes the pool.
 #[tokio::test]
 async fn a_slice_updated_elsewhere_fails_one_publish_and_the_next_pass_writes_the_pool() {
-    let fx = SysfsFixture::new().unwrap();
-    fx.roce_pfs_with_vfs(2, 64).unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "N")
-        .unwrap();
-    let mut n = node(fx, FakeApi::default());
-    n.daemon.reconcile().await.unwrap();
+    let mut n = published_130_devices().await;
     n.api.update_slice_elsewhere("node-a.rdma-ns.io");
-    for ib in ["mlx5_128", "mlx5_129"] {
-        std::fs::remove_file(n.fx.path().join("class/infiniband").join(ib)).unwrap();
-    }
+    remove_two_vfs(&n);
     let refused = n.daemon.reconcile().await;
     assert!(
         matches!(
@@ -116,11 +123,7 @@ async fn a_slice_updated_elsewhere_fails_one_publish_and_the_next_pass_writes_th
     let first = n.api.calls().len();
     n.daemon.reconcile().await.unwrap();
     assert!(n.api.calls()[first..].contains(&"list slices node-a".to_string()));
-    let stored = n.api.stored_slices();
-    assert_eq!(stored.keys().collect::<Vec<_>>(), ["node-a.rdma-ns.io"]);
-    let s = &stored["node-a.rdma-ns.io"];
-    assert_eq!(s.spec.pool.generation, 1);
-    assert_eq!(s.spec.devices.as_ref().unwrap().len(), 128);
+    assert_one_slice_of_128_at_generation_1(&n.api);
 }
 
 /// A slice another client deleted is published again at the next resync, which lists the
