@@ -48,6 +48,14 @@ fn node(fx: SysfsFixture, api: FakeApi) -> Node {
     }
 }
 
+/// A node with every fixture device (SysfsFixture::all) in exclusive RDMA netns mode.
+fn exclusive_node(api: FakeApi) -> Node {
+    let fx = SysfsFixture::all().unwrap();
+    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
+        .unwrap();
+    node(fx, api)
+}
+
 fn writes(calls: &[String]) -> Vec<&String> {
     calls
         .iter()
@@ -131,22 +139,13 @@ async fn a_slice_updated_elsewhere_fails_one_publish_and_the_next_pass_writes_th
 /// [`the_pool_is_written_when_it_changes_every_slice_at_the_next_generation`]).
 #[tokio::test]
 async fn a_slice_deleted_elsewhere_is_published_again_at_the_next_resync() {
-    let fx = SysfsFixture::all().unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-        .unwrap();
-    let mut n = node(fx, FakeApi::default());
+    let mut n = exclusive_node(FakeApi::default());
     Arc::get_mut(&mut n.daemon.claims)
         .unwrap()
         .cfg
         .resync_seconds = 1;
-    let api = n.api.clone();
-    let count = count_passes(n.daemon.health.subscribe());
-    let (stop, stopped) = watch::channel(false);
-    let daemon = tokio::spawn(n.daemon.run(Arc::new(Notify::new()), stopped));
-    eventually("the first pass", || {
-        count.load(std::sync::atomic::Ordering::SeqCst) == 1
-    })
-    .await;
+    let looping = Looping::start(n, Arc::new(Notify::new())).await;
+    let api = looping.api.clone();
     let name = api.stored_slices().keys().next().unwrap().clone();
     api.delete_slice_elsewhere(&name);
     assert!(!api.stored_slices().contains_key(&name));
@@ -154,20 +153,16 @@ async fn a_slice_deleted_elsewhere_is_published_again_at_the_next_resync() {
         api.stored_slices().contains_key(&name)
     })
     .await;
-    stop.send(true).unwrap();
-    daemon.await.unwrap();
+    looping.stop().await;
 }
 
 /// A server without consumable capacity drops `allowMultipleAllocations`: the next write
 /// offers each shared device `sharesPerDevice` times, and the daemon keeps to that.
 #[tokio::test]
 async fn a_server_that_drops_sharing_gets_shares() {
-    let fx = SysfsFixture::all().unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-        .unwrap();
     let mut api = FakeApi::default();
     api.drops_sharing = true;
-    let mut n = node(fx, api);
+    let mut n = exclusive_node(api);
     n.daemon.reconcile().await.unwrap();
     assert_eq!(n.daemon.sharing, Sharing::Replicas(16));
     let names: Vec<String> = n
@@ -217,10 +212,7 @@ async fn eventually_within(what: &str, seconds: u64, mut f: impl FnMut() -> bool
 /// a pod that left goes; a claim made again under the name is another's.
 #[tokio::test]
 async fn a_pod_added_to_a_prepared_claim_is_written_into_its_record() {
-    let fx = SysfsFixture::all().unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-        .unwrap();
-    let mut n = node(fx, FakeApi::default());
+    let mut n = exclusive_node(FakeApi::default());
     let uid = "0d6b5c1e-aaaa-4bbb-8ccc-000000000001";
     n.api.put_claim(allocated(uid, &["pod-1"]));
     n.daemon
@@ -269,10 +261,7 @@ fn attach(data: &std::path::Path, uid: &str) -> std::path::PathBuf {
 /// name never gets the old pod's entries (the claim's UID is each write's precondition).
 #[tokio::test]
 async fn status_entries_go_with_the_attachment_and_never_reach_a_claim_made_again() {
-    let fx = SysfsFixture::all().unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-        .unwrap();
-    let mut n = node(fx, FakeApi::default());
+    let mut n = exclusive_node(FakeApi::default());
     let uid = "0d6b5c1e-aaaa-4bbb-8ccc-000000000001";
     let data = n.daemon.claims.cfg.data_dir.clone();
     n.api.put_claim(allocated(uid, &["pod-1"]));
@@ -325,44 +314,66 @@ async fn status_entries_go_with_the_attachment_and_never_reach_a_claim_made_agai
     assert_eq!(applies, 0, "a replaced claim is not written again");
 }
 
-/// Counts the daemon's passes: each one sends the node's health to the kubelet.
-fn count_passes(
-    mut health: watch::Receiver<NodeWatchResourcesResponse>,
-) -> Arc<std::sync::atomic::AtomicUsize> {
-    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = count.clone();
-    tokio::spawn(async move {
-        while health.changed().await.is_ok() {
-            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    count
+/// A node's daemon running its loop, its passes counted by the health each one sends to the
+/// kubelet.
+struct Looping {
+    _tmp: TempDir,
+    _fx: SysfsFixture,
+    api: Arc<FakeApi>,
+    passes: Arc<std::sync::atomic::AtomicUsize>,
+    stop: watch::Sender<bool>,
+    daemon: tokio::task::JoinHandle<()>,
+}
+
+impl Looping {
+    /// Starts `n`'s loop, woken by `wake`; returns after its first pass.
+    async fn start(n: Node, wake: Arc<Notify>) -> Looping {
+        let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = passes.clone();
+        let mut health = n.daemon.health.subscribe();
+        tokio::spawn(async move {
+            while health.changed().await.is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let (stop, stopped) = watch::channel(false);
+        let looping = Looping {
+            daemon: tokio::spawn(n.daemon.run(wake, stopped)),
+            _tmp: n._tmp,
+            _fx: n.fx,
+            api: n.api,
+            passes,
+            stop,
+        };
+        eventually("the first pass", || looping.passes() == 1).await;
+        looping
+    }
+
+    fn passes(&self) -> usize {
+        self.passes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn stop(self) {
+        self.stop.send(true).unwrap();
+        self.daemon.await.unwrap();
+    }
 }
 
 /// The daemon's loop on a fixture node with the fake API, woken once per entry of `gaps` (after
 /// its first pass), each wake followed by a sleep of that many ms: the passes while the wakes
 /// came, and the passes until 700 ms after the first pass that followed them.
 async fn passes_for(gaps: &[u64]) -> (usize, usize) {
-    let fx = SysfsFixture::all().unwrap();
-    fx.write_attr("module/ib_core/parameters/netns_mode", "Y")
-        .unwrap();
-    let n = node(fx, FakeApi::default());
-    let count = count_passes(n.daemon.health.subscribe());
-    let passes = || count.load(std::sync::atomic::Ordering::SeqCst);
     let wake = Arc::new(Notify::new());
-    let (stop, stopped) = watch::channel(false);
-    let daemon = tokio::spawn(n.daemon.run(wake.clone(), stopped));
-    eventually("the first pass", || passes() == 1).await;
+    let looping = Looping::start(exclusive_node(FakeApi::default()), wake.clone()).await;
     for ms in gaps {
         wake.notify_one();
         tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
     }
-    let during = passes() - 1;
-    eventually_within("a pass after the wakes", 5, || passes() > 1).await;
+    let during = looping.passes() - 1;
+    eventually_within("a pass after the wakes", 5, || looping.passes() > 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    let after = passes() - 1;
-    stop.send(true).unwrap();
-    daemon.await.unwrap();
+    let after = looping.passes() - 1;
+    looping.stop().await;
     (during, after)
 }
 
