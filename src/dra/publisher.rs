@@ -12,9 +12,9 @@ use crate::dra::slices::{self, NodeRef, Sharing};
 /// writes. A pass compares the pool it wants with these rather than listing again: every pass
 /// listed, and a pod's start wakes passes with its links and records (7.5 lists of 12.5
 /// requests of the driver per DRA pod started on the lab, docs/benchmarks.md, kube-dra-api),
-/// while only this driver writes its node's slices. The daemon forgets them on each resync and a failed publish
-/// forgets them too, so a slice that someone else changed or deleted is seen, and put right,
-/// within `resyncSeconds`. The kubelet's plugin helper watches its slices with an informer and
+/// while only this driver writes its node's slices. The daemon forgets them on each resync and
+/// a failed publish forgets them too, so a slice that someone else changed or deleted is seen,
+/// and put right, within `resyncSeconds`. The kubelet's plugin helper watches its slices with an informer and
 /// puts such a change right at once; a standing watch for slices that nobody else should write
 /// was not worth it here (docs/dra.md, "What it publishes").
 #[derive(Debug, Default)]
